@@ -1,0 +1,3 @@
+"""BASTION reproduction: budget-aware tree speculative decoding on DFlash drafters."""
+
+__version__ = "0.1.0"

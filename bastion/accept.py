@@ -1,0 +1,43 @@
+"""Lossless acceptance of a verified tree.
+
+At every tree node the target proposes its own next token: the argmax at temperature 0,
+or an independent sample from softmax(logits / T) at T > 0.  Walking from the root, we
+move to the child that carries the proposed token and stop when no child does; the
+accepted path plus the proposal at its last node is emitted.  Each emitted token is thus
+exactly the target's choice given its prefix, so at T = 0 the output equals greedy
+decoding and at T > 0 it is distributed exactly as sampling from the target (the
+draft only decides how many of those choices one forward can confirm).
+
+Vectorised: a node is on the accepted path iff every node on its root path (itself
+included) matches its parent's proposal; siblings carry distinct tokens, so those
+nodes form a single chain and sorting them by depth gives the path.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .tree import Tree
+
+
+def propose(logits: torch.Tensor, temperature: float, generator: torch.Generator | None = None) -> torch.Tensor:
+    """The target's own next token at each node: logits [n, V] -> [n] long."""
+    if temperature <= 0.0:
+        return logits.argmax(dim=-1)
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def accept(tree: Tree, proposals: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return (path order [n], accepted count 0-d) without a host sync.
+
+    ``path_order[:count + 1]`` are the node indices of the root and the accepted draft
+    nodes in depth order; ``proposals[path_order[count]]`` is the bonus token.
+    """
+    parent_prop = proposals[tree.parents.clamp(min=0)]  # [n]: the proposal at each node's parent
+    match = tree.tokens == parent_prop
+    match[0] = True  # the root is committed already
+    ok = ~(tree.ancestors & ~match[None, :]).any(dim=1)  # [n]: whole root path matches
+    big = tree.depths.new_tensor(1 << 30)
+    path_order = torch.argsort(torch.where(ok, tree.depths, big))
+    return path_order, ok.sum() - 1

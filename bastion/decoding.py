@@ -1,0 +1,211 @@
+"""AR, DFlash and BASTION decoding on one shared step loop.
+
+Every step verifies a tree whose root is the last committed token: AR verifies the root
+alone, DFlash the drafter's greedy block as a chain, BASTION a budget-aware tree.  One
+target forward, the acceptance walk of :mod:`bastion.accept`, then the commit: accepted
+nodes keep their KV entries (moved to contiguous positions) and their hidden states
+become the drafter's new context features.  Emitted tokens are cut at the first stop
+token and at ``max_new_tokens`` exactly as AR decoding would, so at temperature 0 all
+three methods return identical ids.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import torch
+
+from dflash import DFlashDraftModel
+
+from .accept import accept, propose
+from .cost_model import CostModel, StepOverheads
+from .target import Target
+from .tree import Tree, TreePolicy, build_tree, chain_tree, root_tree
+
+METHODS = ("ar", "dflash", "bastion")
+
+
+@dataclass
+class StepStats:
+    """One decoding step.  Times are seconds, measured only when statistics are requested."""
+
+    committed: int  # tokens emitted by this step (accepted drafts + the target's own token)
+    tree_size: int  # tokens in the verification forward, root included
+    context: int  # tokens in the target's cache before the step
+    t_draft: float = 0.0
+    t_tree: float = 0.0
+    t_verify: float = 0.0
+    t_accept: float = 0.0
+    t_commit: float = 0.0
+
+    @property
+    def t_other(self) -> float:
+        return self.t_tree + self.t_accept + self.t_commit
+
+
+@dataclass
+class GenerationResult:
+    output_ids: list[int]
+    num_prompt_tokens: int
+    prefill_seconds: float
+    decode_seconds: float
+    stop_reason: str  # "stop_token" | "max_new_tokens"
+    steps: list[StepStats] = field(default_factory=list)
+
+    @property
+    def acceptance_lengths(self) -> list[int]:
+        return [s.committed for s in self.steps]
+
+
+class PositionLimitError(ValueError):
+    """The prompt plus the requested tokens do not fit the model's positions."""
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class Decoder:
+    """Decodes one prompt at batch size 1 with one of :data:`METHODS`."""
+
+    def __init__(
+        self,
+        target: Target,
+        method: str,
+        drafter: DFlashDraftModel | None = None,
+        policy: TreePolicy | None = None,
+        cost_model: CostModel | None = None,
+        overheads: StepOverheads | None = None,
+    ) -> None:
+        if method not in METHODS:
+            raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+        if method != "ar" and drafter is None:
+            raise ValueError(f"method {method!r} needs a drafter")
+        self.policy = policy or TreePolicy()
+        if method == "bastion" and self.policy.budget is None and (cost_model is None or overheads is None):
+            raise ValueError("adaptive BASTION needs a calibrated cost model and step overheads (or a fixed budget)")
+        self.target, self.method, self.drafter = target, method, drafter
+        self.cost_model, self.overheads = cost_model, overheads
+        if drafter is not None:
+            target.set_feature_layers(drafter.target_layer_ids)
+            if drafter.mask_token_id is None:
+                raise ValueError("the drafter config has no dflash_config.mask_token_id")
+        self.block_size = drafter.block_size if drafter is not None else 1
+
+    # ------------------------------------------------------------------ helpers
+    def check_fits(self, prompt_len: int, max_new_tokens: int) -> None:
+        need = prompt_len + max_new_tokens + self.block_size
+        if need > self.target.max_positions:
+            raise PositionLimitError(
+                f"prompt of {prompt_len} tokens + max_new_tokens {max_new_tokens} + block {self.block_size} "
+                f"= {need} positions, but the target supports {self.target.max_positions} "
+                "(max_position_embeddings); shorten the prompt or lower --max-new-tokens"
+            )
+
+    def _draft(self, root: torch.Tensor, c: int, feats: torch.Tensor, feat_pos: torch.Tensor, dcache) -> torch.Tensor:
+        """Draft logits [b - 1, V] for depths 1..b-1 of the block starting at position c."""
+        b = self.block_size
+        block = torch.full((1, b), self.drafter.mask_token_id, dtype=torch.long, device=root.device)
+        block[0, 0] = root
+        pos = torch.arange(c, c + b, device=root.device)[None]
+        h = self.drafter(self.target.embed(block), pos, feats, feat_pos[None], cache=dcache)  # [1, b, H]
+        return self.target.logits(h[0, 1:])
+
+    def _tree(self, root: torch.Tensor, draft_logits: torch.Tensor | None, c: int, temperature: float, hint: int) -> Tree:
+        if self.method == "ar":
+            return root_tree(root)
+        if self.method == "dflash":
+            return chain_tree(root, draft_logits.argmax(dim=-1))
+        # Draft probabilities at the sampling temperature (1 for greedy) feed the surrogate.
+        logprobs = torch.log_softmax(draft_logits / (temperature if temperature > 0 else 1.0), dim=-1)
+        curve = fixed = None
+        if self.policy.budget is None:
+            curve = self.cost_model.curve(c, self.policy.n_max, device=draft_logits.device)
+            fixed = self.overheads.fixed
+        return build_tree(root, logprobs, self.policy, curve, fixed or 0.0, search_hint=hint)
+
+    # ------------------------------------------------------------------ main loop
+    @torch.no_grad()
+    def generate(
+        self,
+        prompt_ids: Sequence[int] | torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        stop_token_ids: Iterable[int] = (),
+        generator: torch.Generator | None = None,
+        collect_stats: bool = False,
+    ) -> GenerationResult:
+        target, device = self.target, self.target.device
+        ids = torch.as_tensor(prompt_ids, dtype=torch.long, device=device).view(1, -1)
+        prompt_len = ids.shape[1]
+        if prompt_len == 0:
+            raise ValueError("empty prompt: at least one token is needed")
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        self.check_fits(prompt_len, max_new_tokens)
+        stops = set(int(t) for t in stop_token_ids)
+        use_draft = self.method != "ar"
+        if max_new_tokens == 0:
+            return GenerationResult([], prompt_len, 0.0, 0.0, "max_new_tokens")
+
+        _sync(device)
+        t0 = time.perf_counter()
+        cache = target.new_cache(capacity=prompt_len + max_new_tokens + self.block_size + 64)
+        out = target.forward(ids, torch.arange(prompt_len, device=device)[None], None, cache, features=use_draft)
+        first = propose(target.logits(out.hidden[0, -1:]), temperature, generator)  # [1]
+        feats, feat_pos = out.features, torch.arange(prompt_len, device=device)
+        dcache = self.drafter.new_cache() if use_draft else None
+        output = [int(first.item())]
+        root = first[0]
+        _sync(device)
+        t1 = time.perf_counter()
+
+        steps: list[StepStats] = []
+        stop_reason = "stop_token" if output[0] in stops else "max_new_tokens"
+        done = output[0] in stops or len(output) >= max_new_tokens
+        hint = 2 * self.policy.n_min
+        clock = (lambda: (_sync(device), time.perf_counter())[1]) if collect_stats else (lambda: 0.0)
+        while not done:
+            c = cache.length
+            ta = clock()
+            draft_logits = self._draft(root, c, feats, feat_pos, dcache) if use_draft else None
+            tb = clock()
+            tree = self._tree(root, draft_logits, c, temperature, hint)
+            n = tree.size
+            hint = 2 * n
+            tc = clock()
+            mask = torch.ones(1, 1, n, c + n, dtype=torch.bool, device=device)
+            mask[0, 0, :, c:] = tree.ancestors
+            vout = target.forward(tree.tokens[None], (c + tree.depths)[None], mask, cache, features=use_draft)
+            logits = target.logits(vout.hidden[0])  # [n, V]
+            td = clock()
+            proposals = propose(logits, temperature, generator)
+            order, count = accept(tree, proposals)
+            width = min(n, self.block_size)
+            last = order.gather(0, count.view(1))
+            packed = torch.cat([count.view(1), tree.tokens[order[:width]], proposals[last]]).tolist()  # one sync
+            a = packed[0]
+            emitted = packed[2 : 2 + a] + [packed[-1]]
+            te = clock()
+            keep = order[: a + 1]
+            cache.keep(c, keep)
+            if use_draft:
+                feats = vout.features[:, keep]
+                feat_pos = torch.arange(c, c + a + 1, device=device)
+            for tok in emitted:
+                output.append(tok)
+                if tok in stops:
+                    done, stop_reason = True, "stop_token"
+                    break
+                if len(output) >= max_new_tokens:
+                    done, stop_reason = True, "max_new_tokens"
+                    break
+            root = proposals[last[0]]
+            tf = clock()
+            steps.append(StepStats(len(emitted), n, c, tb - ta, tc - tb, td - tc, te - td, tf - te))
+        _sync(device)
+        t2 = time.perf_counter()
+        return GenerationResult(output, prompt_len, t1 - t0, t2 - t1, stop_reason, steps)

@@ -1,0 +1,251 @@
+"""Draft token trees: the data structure and the budget-aware construction.
+
+A tree is compiled once per step into flat buffers that the verifier and the acceptance
+walk share: ``tokens``, ``parents``, ``depths`` and the ``ancestors`` matrix (node i may
+attend to node j iff ``ancestors[i, j]``; every node is its own ancestor).  Node 0 is the
+root: the last committed token, which the target has not seen yet.
+
+Construction (BASTION).  The drafter gives position-wise marginals ``q_d`` for depths
+1..D.  A path ``(r_1..r_d)`` of per-depth token ranks has probability
+``prod_d q_d(r_d)``; a child never beats its parent, so growing the tree best-first is
+the same as taking the top-n paths overall.  A candidate of probability ``p`` joins a
+tree of ``n`` nodes whose probabilities sum to ``P`` iff
+
+    n < n_min  or  p * (T_fixed + C(n)) > P * (C(n+1) - C(n)),
+
+which is exactly "expected tokens per second rises": (P+p)/(T_fixed+C(n+1)) > P/(T_fixed+C(n)).
+(``P`` counts the root with probability 1: it is the expected number of tokens a step
+commits, bonus token included.)  Growth stops at the first failure or at ``n_max``; the
+count is then rounded down to a multiple of ``n_min`` so the verifier sees few shapes.
+
+Two implementations give the same tree: :func:`build_tree` (vectorised top-k per depth
+plus a cumulative-sum form of the rule; what the decoders use) and
+:func:`build_tree_heap` (the literal best-first heap loop; the test oracle).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Tree:
+    """A compiled draft tree.  All tensors live on the decoding device."""
+
+    tokens: torch.Tensor  # [n] long; tokens[0] is the root
+    parents: torch.Tensor  # [n] long; parents[0] == -1
+    depths: torch.Tensor  # [n] long; depths[0] == 0
+    ancestors: torch.Tensor  # [n, n] bool; row i marks i and all its ancestors
+
+    @property
+    def size(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @classmethod
+    def from_parents(cls, tokens: torch.Tensor, parents: torch.Tensor, max_depth: int) -> "Tree":
+        """Compile ``tokens``/``parents`` (parents[0] == -1, parent before child not required)."""
+        depths, ancestors = ancestor_matrix(parents, max_depth)
+        return cls(tokens=tokens, parents=parents, depths=depths, ancestors=ancestors)
+
+
+def ancestor_matrix(parents: torch.Tensor, max_depth: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Depths [n] and the ancestors-or-self matrix [n, n] from a parent vector.
+
+    Walks every node up ``max_depth`` levels at once (one gather per level, no host sync):
+    level k holds each node's k-th ancestor, or the node itself once past the root, so a
+    single scatter marks all ancestors.
+    """
+    n = parents.shape[0]
+    idx = torch.arange(n, device=parents.device)
+    up = parents.clone()
+    up[0] = 0
+    hops = [idx]
+    cur = idx
+    depth = torch.zeros(n, dtype=torch.long, device=parents.device)
+    for _ in range(max_depth):
+        nxt = up[cur]  # [n]
+        depth = depth + (cur != 0).long()
+        cur = nxt
+        hops.append(cur)
+    anc = torch.zeros(n, n, dtype=torch.bool, device=parents.device)
+    anc.scatter_(1, torch.stack(hops, dim=1), True)  # [n, max_depth + 1] column indices
+    return depth, anc
+
+
+def chain_tree(root: torch.Tensor, draft_tokens: torch.Tensor) -> Tree:
+    """The DFlash chain: root followed by the drafter's greedy block, each the next's parent."""
+    tokens = torch.cat([root.view(1), draft_tokens.view(-1)])
+    n = tokens.shape[0]
+    parents = torch.arange(-1, n - 1, device=tokens.device)
+    depths = torch.arange(n, device=tokens.device)
+    ancestors = torch.ones(n, n, dtype=torch.bool, device=tokens.device).tril_()
+    return Tree(tokens=tokens, parents=parents, depths=depths, ancestors=ancestors)
+
+
+def root_tree(root: torch.Tensor) -> Tree:
+    """A tree with only the root: one autoregressive step."""
+    return chain_tree(root, root.new_empty(0))
+
+
+@dataclass(frozen=True)
+class TreePolicy:
+    """How many nodes to verify.
+
+    ``budget=None`` is BASTION's adaptive rule; ``budget=N`` takes the N most probable
+    nodes (root included), for the budget ablation.  ``topk`` caps the tokens considered
+    per depth (K <= 128).
+    """
+
+    n_min: int = 32
+    n_max: int = 8192
+    topk: int = 128
+    bucket: bool = True
+    budget: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.n_min < 1 or self.n_max < self.n_min:
+            raise ValueError(f"need 1 <= n_min <= n_max, got n_min={self.n_min}, n_max={self.n_max}")
+        if not 1 <= self.topk <= 128:
+            raise ValueError(f"topk must be in 1..128, got {self.topk}")
+        if self.budget is not None and self.budget < 1:
+            raise ValueError(f"budget must be >= 1 node, got {self.budget}")
+
+
+def _top_paths(logq: torch.Tensor, m: int) -> tuple[torch.Tensor, ...]:
+    """The ``m`` most probable paths over all depths (root excluded), best first.
+
+    ``logq`` [D, K] holds each depth's top-K log-probabilities, sorted descending.
+    Returns (logp, depth, local index, parent's local index, token rank), each [<= m].
+    The top paths of depth d+1 extend top paths of depth d, so keeping ``m`` per depth
+    is exact for the global top ``m``.
+    """
+    d_max, k = logq.shape
+    prev = logq.new_zeros(1)  # depth 0: the root, log-prob 0
+    vals, par_local, ranks, depths, local = [], [], [], [], []
+    for d in range(d_max):
+        cand = (prev[:, None] + logq[d][None, :]).flatten()  # [P * K]
+        v, i = cand.topk(min(m, cand.numel()))  # sorted descending
+        vals.append(v)
+        par_local.append(torch.div(i, k, rounding_mode="floor"))
+        ranks.append(i % k)
+        depths.append(torch.full_like(i, d + 1))
+        local.append(torch.arange(i.shape[0], device=logq.device))
+        prev = v
+    all_v = torch.cat(vals)
+    # Stable descending sort of a depth-ordered list: equal probabilities keep parents first.
+    order = torch.sort(all_v, descending=True, stable=True).indices[:m]
+    return tuple(torch.cat(x)[order] for x in (vals, depths, local, par_local, ranks))
+
+
+def _count_nodes(
+    logp: torch.Tensor,  # [N] candidate log-probs, best first
+    policy: TreePolicy,
+    cost_curve: torch.Tensor | None,  # [>= N + 2] C(n) in seconds, index n
+    fixed_cost: float,
+) -> torch.Tensor:
+    """Number of nodes (root included) the rule keeps, as a 0-d tensor (no host sync)."""
+    avail = logp.shape[0] + 1
+    if policy.budget is not None:
+        return torch.tensor(min(policy.budget, avail), device=logp.device)
+    p = logp.exp()  # [N]; candidate j joins a tree of n = j + 1 nodes
+    big_p = 1.0 + torch.cumsum(p, 0) - p  # P of the tree before candidate j joins
+    n = torch.arange(1, avail, device=logp.device)
+    c_n, c_next = cost_curve[n], cost_curve[n + 1]
+    ok = (n < policy.n_min) | (p * (fixed_cost + c_n) > big_p * (c_next - c_n))
+    fail = torch.cat([~ok, ok.new_ones(1)])  # sentinel: "fails" once candidates run out
+    first_fail = fail.int().argmax()  # index of the first failing candidate
+    return torch.clamp(first_fail + 1, max=policy.n_max)
+
+
+def bucket_size(n: int, policy: TreePolicy) -> int:
+    """Round an adaptive node count down to a multiple of ``n_min`` (never below it)."""
+    if policy.budget is not None or not policy.bucket or n < policy.n_min:
+        return n
+    return (n // policy.n_min) * policy.n_min
+
+
+def build_tree(
+    root: torch.Tensor,  # 0-d long
+    draft_logprobs: torch.Tensor,  # [D, V] float32 log-probabilities for depths 1..D
+    policy: TreePolicy,
+    cost_curve: torch.Tensor | None = None,  # [n_max + 2] seconds, C(n) at this context
+    fixed_cost: float = 0.0,  # T_draft + T_other, seconds
+    search_hint: int | None = None,
+) -> Tree:
+    """Vectorised budget-aware tree construction (see the module docstring).
+
+    ``search_hint`` bounds how many paths are ranked per depth; if the rule would keep
+    growing past that bound the search is repeated with a larger one, so the result is
+    exact.  Each attempt costs one host sync (reading the node count).
+    """
+    if policy.budget is None and cost_curve is None:
+        raise ValueError("the adaptive tree needs a cost curve; pass budget=N for a fixed-size tree")
+    d_max, vocab = draft_logprobs.shape
+    limit = policy.budget if policy.budget is not None else policy.n_max
+    k = min(policy.topk, vocab, max(limit - 1, 1))
+    logq, tok = draft_logprobs.topk(k, dim=-1)  # [D, K] each, sorted descending
+    m = max(limit - 1, 1) if search_hint is None else max(1, min(max(search_hint, policy.n_min), limit) - 1)
+    while True:
+        logp, depth, local, par_local, rank = _top_paths(logq, m)
+        n = int(_count_nodes(logp, policy, cost_curve, fixed_cost))
+        exhausted = logp.shape[0] < m  # every path of every depth was ranked
+        if n - 1 < logp.shape[0] or exhausted or m >= limit - 1:
+            break
+        m = min(limit - 1, 4 * m)
+    n = bucket_size(n, policy)
+    sel = n - 1
+    depth, local, par_local, rank = depth[:sel], local[:sel], par_local[:sel], rank[:sel]
+    device = tok.device
+    # Map (depth, local index) of every kept path to its node index (root = node 0).
+    width = min(m, max(int(local.shape[0]), 1)) + 1
+    table = torch.full((d_max + 1, max(width, m + 1)), -1, dtype=torch.long, device=device)
+    table[0, 0] = 0
+    table[depth, local] = torch.arange(1, sel + 1, device=device)
+    parents = torch.cat([torch.full((1,), -1, dtype=torch.long, device=device), table[depth - 1, par_local]])
+    tokens = torch.cat([root.view(1).to(device), tok[depth - 1, rank]])
+    depths, ancestors = ancestor_matrix(parents, d_max)
+    return Tree(tokens=tokens, parents=parents, depths=depths, ancestors=ancestors)
+
+
+def build_tree_heap(
+    root: int,
+    draft_logprobs: torch.Tensor,  # [D, V]
+    policy: TreePolicy,
+    cost_curve: torch.Tensor | None = None,
+    fixed_cost: float = 0.0,
+) -> tuple[list[int], list[int]]:
+    """The literal best-first loop; returns (tokens, parents) in pop order.  Test oracle."""
+    d_max, vocab = draft_logprobs.shape
+    limit = policy.budget if policy.budget is not None else policy.n_max
+    k = min(policy.topk, vocab, max(limit - 1, 1))
+    logq, toks = draft_logprobs.topk(k, dim=-1)
+    logq, toks = logq.tolist(), toks.tolist()
+    curve = None if cost_curve is None else cost_curve.tolist()
+    tokens, parents = [root], [-1]
+    big_p = 1.0
+    # heap entries: (-logp, tiebreak, depth, rank, parent node index, parent logp)
+    heap = [(-logq[0][0], 0, 1, 0, 0, 0.0)] if d_max else []
+    counter = 1
+    while heap and len(tokens) < limit:
+        neg, _, d, r, par, par_lp = heapq.heappop(heap)
+        p = math.exp(-neg)
+        n = len(tokens)
+        if policy.budget is None:
+            if not (n < policy.n_min or p * (fixed_cost + curve[n]) > big_p * (curve[n + 1] - curve[n])):
+                break
+        tokens.append(toks[d - 1][r])
+        parents.append(par)
+        big_p += p
+        me = len(tokens) - 1
+        if d < d_max:  # first child
+            heapq.heappush(heap, (-(-neg + logq[d][0]), counter, d + 1, 0, me, -neg))
+            counter += 1
+        if r + 1 < k:  # next sibling
+            heapq.heappush(heap, (-(par_lp + logq[d - 1][r + 1]), counter, d, r + 1, par, par_lp))
+            counter += 1
+    n = bucket_size(len(tokens), policy)
+    return tokens[:n], parents[:n]
