@@ -1,0 +1,113 @@
+"""Software and hardware fingerprints carried by every calibration, profile and result.
+
+A calibrated cost model describes one device running one software stack; reusing it
+after a driver, torch, kernel or dtype change silently mis-sizes every tree.  So every
+file we write records the fingerprint, and a decode refuses a calibration whose
+fingerprint differs, naming the fields and the way to recalibrate.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import socket
+import subprocess
+from functools import lru_cache
+from typing import Any
+
+import torch
+
+#: Fields that must match between a calibration and the run that uses it.
+COMPARED = ("device_name", "driver", "cuda", "torch", "transformers", "dtype", "attn_impl", "engine", "bastion")
+
+
+class FingerprintMismatch(RuntimeError):
+    """A calibration was made on a different device or software stack."""
+
+
+@lru_cache(maxsize=1)
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+@lru_cache(maxsize=1)
+def _nvidia_driver() -> str:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10, check=True,
+        )
+        return out.stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return "unknown"
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return _cpu_name()
+
+
+def collect(device: torch.device | str, dtype: torch.dtype, attn_impl: str, engine: str = "eager") -> dict[str, Any]:
+    """The fingerprint of this process on ``device``."""
+    import transformers
+
+    from . import __version__
+
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    cuda = device.type == "cuda"
+    return {
+        "device_type": device.type,
+        "device_name": device_name(device),
+        "driver": _nvidia_driver() if cuda else "none",
+        "cuda": torch.version.cuda if cuda else "none",
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "dtype": str(dtype).removeprefix("torch."),
+        "attn_impl": attn_impl,
+        "engine": engine,
+        "bastion": __version__,
+        # informational: where the job ran (not compared)
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+        "host": socket.gethostname(),
+        "python": platform.python_version(),
+    }
+
+
+def differences(calibrated: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """Human-readable list of compared fields that differ."""
+    return [
+        f"{k}: calibrated with {calibrated.get(k)!r}, running with {current.get(k)!r}"
+        for k in COMPARED
+        if calibrated.get(k) != current.get(k)
+    ]
+
+
+def check(calibrated: dict[str, Any], current: dict[str, Any], where: str, how_to_fix: str) -> None:
+    diff = differences(calibrated, current)
+    if diff:
+        raise FingerprintMismatch(
+            f"the calibration in {where} was made for a different device or software stack:\n  "
+            + "\n  ".join(diff)
+            + f"\n{how_to_fix}"
+        )
+
+
+def hardware_key(fingerprint: dict[str, Any]) -> str:
+    """A short file-name-safe key for the device, e.g. ``nvidia-h200`` or ``cpu-amd-epyc-7b13``."""
+    name = fingerprint["device_name"].lower()
+    name = re.sub(r"\(r\)|\(tm\)|cpu @.*|processor|\d+-core", " ", name)
+    slug = re.sub(r"[^a-z0-9]+", "-", name).strip("-")
+    if fingerprint.get("device_type") == "cpu" and not slug.startswith("cpu"):
+        slug = f"cpu-{slug}"
+    return slug[:48] or "device"
