@@ -1,0 +1,165 @@
+"""Target/drafter pairs: the registry, loading, and the checks that they fit together.
+
+Names resolve in this order: a registry key (``tiny``, ``qwen3-8b``...), a local folder,
+a Hugging Face repo id.  A registered target id given without a drafter gets its public
+drafter, as in the original release.  Every mismatch between a drafter and its target
+is reported before any weights are used, naming both sides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import torch
+
+from dflash import DFlashDraftModel
+from dflash.checkpoint import CheckpointError
+
+from . import hub
+from .cost_model import SUPPORTED_FAMILIES
+from .target import Target, UnsupportedModelError
+
+THINKING_ERROR = (
+    "DFlash draft models for Qwen3-4B and Qwen3-8B were not trained with thinking traces. "
+    "Using --enable-thinking will lead to suboptimal performance."
+)
+
+
+@dataclass(frozen=True)
+class ModelPair:
+    key: str
+    target: str
+    drafter: str
+    gated: bool = False
+
+
+def tiny_dir(part: str) -> Path:
+    """Folder of the bundled tiny pair (``target`` or ``drafter``) inside the installed package."""
+    return Path(str(resources.files("dflash") / "assets" / "tiny" / part))
+
+
+PAIRS: dict[str, ModelPair] = {
+    "qwen3-4b": ModelPair("qwen3-4b", "Qwen/Qwen3-4B", "z-lab/Qwen3-4B-DFlash-b16"),
+    "qwen3-8b": ModelPair("qwen3-8b", "Qwen/Qwen3-8B", "z-lab/Qwen3-8B-DFlash-b16"),
+    "llama3.1-8b": ModelPair(
+        "llama3.1-8b", "meta-llama/Llama-3.1-8B-Instruct", "z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat", gated=True
+    ),
+    "tiny": ModelPair("tiny", "<bundled>/target", "<bundled>/drafter"),
+}
+
+
+class ModelUnavailableError(RuntimeError):
+    """Weights cannot be fetched or read."""
+
+
+class DrafterMismatchError(ValueError):
+    """The drafter was not built for this target."""
+
+
+def _materialise(ref: str) -> str:
+    if ref.startswith("<bundled>/"):
+        return str(tiny_dir(ref.split("/", 1)[1]))
+    return ref
+
+
+def resolve(model: str, draft_model: str | None = None) -> tuple[str, str | None, str]:
+    """Return (target ref, drafter ref or None, display name) for CLI arguments."""
+    if model in PAIRS:
+        pair = PAIRS[model]
+        return _materialise(pair.target), _materialise(draft_model or pair.drafter), pair.key
+    for pair in PAIRS.values():
+        if model == pair.target and draft_model is None:
+            return model, _materialise(pair.drafter), model
+    return model, draft_model, model
+
+
+def registry_help() -> str:
+    return ", ".join(f"{k} ({p.target} + {p.drafter})" for k, p in PAIRS.items())
+
+
+def check_thinking(enable_thinking: bool, model: str) -> None:
+    """Refuse thinking mode with the Qwen3 DFlash drafters, as the original release does."""
+    if enable_thinking and any(x in model.lower() for x in ("qwen3-4b", "qwen3-8b")):
+        raise ValueError(THINKING_ERROR)
+
+
+def _is_local(ref: str) -> bool:
+    return Path(ref).expanduser().exists()
+
+
+def _unavailable(kind: str, ref: str, exc: BaseException, gated: bool = False) -> ModelUnavailableError:
+    extra = " (a gated repo: accept its licence on the hub first)" if gated else ""
+    return ModelUnavailableError(
+        f"cannot load {kind} {ref!r}{extra}: {hub.one_line(exc)}. Fix: {hub.FIX_HINT}, or pass a local folder."
+    )
+
+
+def load_tokenizer(ref: str):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(ref)
+    except Exception as exc:  # noqa: BLE001
+        raise _unavailable("tokenizer", ref, exc) from exc
+
+
+def load_target(ref: str, dtype: torch.dtype, device: str | torch.device, attn_impl: str = "sdpa") -> Target:
+    """Load a causal LM and wrap it; unsupported families are refused before the weights load."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    gated = any(p.gated and p.target == ref for p in PAIRS.values())
+    try:
+        if not _is_local(ref):
+            hub.probe(ref)
+        config = AutoConfig.from_pretrained(ref)
+    except Exception as exc:  # noqa: BLE001
+        raise _unavailable("target model", ref, exc, gated) from exc
+    if config.model_type not in SUPPORTED_FAMILIES:
+        raise UnsupportedModelError(
+            f"unsupported target model family {config.model_type!r} ({ref}); "
+            f"supported families: {', '.join(SUPPORTED_FAMILIES)}; registered pairs: {registry_help()}"
+        )
+    try:
+        model = AutoModelForCausalLM.from_pretrained(ref, dtype=dtype, attn_implementation=attn_impl)
+    except Exception as exc:  # noqa: BLE001
+        raise _unavailable("target model", ref, exc, gated) from exc
+    return Target(model.to(device).eval())
+
+
+def load_drafter(ref: str, dtype: torch.dtype, device: str | torch.device) -> DFlashDraftModel:
+    try:
+        if not _is_local(ref):
+            hub.probe(ref)
+        return DFlashDraftModel.from_pretrained(ref, dtype=dtype, device=device)
+    except CheckpointError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise _unavailable("drafter", ref, exc) from exc
+
+
+def check_pair(target: Target, drafter: DFlashDraftModel, target_name: str, drafter_name: str) -> None:
+    """Refuse a drafter whose sizes or tapped layers do not fit the target."""
+    problems = []
+    t_hidden, d_hidden = int(target.config.hidden_size), drafter.config.hidden_size
+    if t_hidden != d_hidden:
+        problems.append(f"hidden size: drafter {d_hidden}, target {t_hidden}")
+    bad = [i for i in drafter.target_layer_ids if not 0 <= i < target.num_layers]
+    if bad:
+        problems.append(f"drafter taps target layers {bad}, but the target has {target.num_layers} layers")
+    n_tapped = drafter.fc.in_features // max(d_hidden, 1)
+    if n_tapped != len(drafter.target_layer_ids):
+        problems.append(f"fc expects {n_tapped} tapped layers, config lists {len(drafter.target_layer_ids)}")
+    vocab = int(target.config.vocab_size)
+    mask_id = drafter.mask_token_id
+    if mask_id is None or not 0 <= mask_id < vocab:
+        problems.append(f"mask token id {mask_id} is outside the target vocabulary (size {vocab})")
+    if drafter.config.num_target_layers not in (None, target.num_layers):
+        problems.append(
+            f"drafter was trained on a {drafter.config.num_target_layers}-layer target, this one has {target.num_layers}"
+        )
+    if problems:
+        raise DrafterMismatchError(
+            f"drafter {drafter_name!r} does not fit target {target_name!r}: " + "; ".join(problems)
+        )

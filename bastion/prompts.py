@@ -1,0 +1,50 @@
+"""Turning dataset turns into token ids, with or without a chat template.
+
+Chat models get every turn through their chat template (Qwen3 with ``enable_thinking``
+off unless asked); the rendered text already holds the template's special tokens, so
+it is encoded without adding more (the original harness added a second BOS for Llama).
+A tokenizer without a chat template, such as the bundled tiny code model's, gets the
+raw text: earlier turns and answers are simply concatenated.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+
+class PromptBuilder:
+    def __init__(self, tokenizer: Any, enable_thinking: bool = False) -> None:
+        self.tokenizer = tokenizer
+        self.enable_thinking = enable_thinking
+        self.has_template = bool(getattr(tokenizer, "chat_template", None))
+
+    def text(self, history: Sequence[tuple[str, str]], user: str) -> str:
+        if self.has_template:
+            messages: list[dict[str, str]] = []
+            for u, a in history:
+                messages += [{"role": "user", "content": u}, {"role": "assistant", "content": a}]
+            messages.append({"role": "user", "content": user})
+            return self.tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True, enable_thinking=self.enable_thinking
+            )
+        return "".join(u + a + "\n" for u, a in history) + user
+
+    def encode(self, history: Sequence[tuple[str, str]], user: str) -> list[int]:
+        ids = self.tokenizer(self.text(history, user), add_special_tokens=not self.has_template)["input_ids"]
+        if not ids:
+            raise ValueError("a prompt encoded to zero tokens")
+        return list(ids)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def stop_ids(self, target: Any) -> list[int]:
+        """The tokenizer's EOS plus the model's generation-config EOS ids."""
+        ids = set()
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(int(self.tokenizer.eos_token_id))
+        gen = getattr(target.model, "generation_config", None)
+        eos = getattr(gen, "eos_token_id", None)
+        if eos is not None:
+            ids.update(int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]))
+        return sorted(ids)

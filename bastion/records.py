@@ -1,0 +1,167 @@
+"""Per-prompt result records: resumable writing and the summary table.
+
+A decode run appends every finished prompt's records (all turns, all methods) to
+``<output>.partial`` as soon as the prompt is done, so an interrupted run loses at most
+the prompt in flight.  A rerun with the same settings reads the partial file, skips the
+prompts it holds, and the final ``<output>`` appears only once every prompt is there.
+Records carry a ``run_key`` (a hash of the settings that shape the outputs) so a
+partial file from different settings is refused rather than silently mixed in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from .decoding import GenerationResult
+
+METHOD_LABELS = {"ar": "AR baseline", "dflash": "DFlash", "bastion": "BASTION"}
+
+
+class ResumeMismatchError(RuntimeError):
+    """A partial output file was written with different settings."""
+
+
+def run_key(settings: dict[str, Any]) -> str:
+    blob = json.dumps(settings, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def prompt_hash(turns: Sequence[str]) -> str:
+    return hashlib.sha256("\x1e".join(turns).encode()).hexdigest()[:16]
+
+
+def make_record(
+    result: GenerationResult,
+    *,
+    prompt_index: int,
+    turn: int,
+    method: str,
+    base: dict[str, Any],
+) -> dict[str, Any]:
+    steps = result.steps
+    timed = any(s.t_verify for s in steps)
+    rec = {
+        **base,
+        "prompt_index": prompt_index,
+        "turn": turn,
+        "method": method,
+        "output_ids": result.output_ids,
+        "num_output_tokens": len(result.output_ids),
+        "num_prompt_tokens": result.num_prompt_tokens,
+        "prefill_seconds": result.prefill_seconds,
+        "decode_seconds": result.decode_seconds,
+        "stop_reason": result.stop_reason,
+        "num_steps": len(steps),
+        "acceptance_lengths": [s.committed for s in steps],
+        "tree_sizes": [s.tree_size for s in steps],
+        "contexts": [s.context for s in steps],
+    }
+    if timed:
+        for name in ("t_draft", "t_tree", "t_verify", "t_accept", "t_commit"):
+            rec[name] = [getattr(s, name) for s in steps]
+    return rec
+
+
+def partial_path(output: str | os.PathLike) -> Path:
+    return Path(f"{output}.partial")
+
+
+def read_partial(path: Path, key: str) -> list[dict[str, Any]]:
+    """Complete records of an interrupted run (a torn last line is dropped)."""
+    if not path.exists():
+        return []
+    out = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if not line.endswith("\n"):
+                break  # torn write of the prompt in flight
+            rec = json.loads(line)
+            if rec.get("run_key") != key:
+                raise ResumeMismatchError(
+                    f"{path} was written by a run with different settings (run_key {rec.get('run_key')} != {key}); "
+                    "delete it to start over, or rerun with the original settings to resume"
+                )
+            out.append(rec)
+    return out
+
+
+def completed_prompts(records: Iterable[dict[str, Any]], turns_per_prompt: dict[int, int], methods: Sequence[str]) -> set[int]:
+    """Prompt indices whose every (turn, method) record is present."""
+    have: dict[int, set[tuple[int, str]]] = {}
+    for r in records:
+        have.setdefault(r["prompt_index"], set()).add((r["turn"], r["method"]))
+    return {
+        i for i, got in have.items()
+        if i in turns_per_prompt and got >= {(t, m) for t in range(turns_per_prompt[i]) for m in methods}
+    }
+
+
+def append_records(path: Path, records: Iterable[dict[str, Any]]) -> None:
+    """Append one prompt's records in a single write, then fsync (they survive a kill)."""
+    text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def finalise(output: str | os.PathLike, records: list[dict[str, Any]]) -> None:
+    """Write the sorted, de-duplicated records atomically and drop the partial file."""
+    out = Path(output)
+    uniq = {(r["prompt_index"], r["turn"], r["method"]): r for r in records}
+    order = sorted(uniq)
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for k in order:
+            fh.write(json.dumps(uniq[k], sort_keys=True) + "\n")
+    os.replace(tmp, out)
+    partial_path(out).unlink(missing_ok=True)
+
+
+def summarise(records: Sequence[dict[str, Any]], methods: Sequence[str]) -> list[dict[str, Any]]:
+    """Per-method throughput, speedup over AR and mean acceptance (tau).
+
+    Time per output token is averaged over responses, as in the original harness;
+    tau is tokens committed per target forward over all decode steps.
+    """
+    rows = []
+    tpot: dict[str, float] = {}
+    for m in methods:
+        rs = [r for r in records if r["method"] == m and r["num_output_tokens"] > 1]
+        if not rs:
+            continue
+        tpot[m] = float(np.mean([r["decode_seconds"] / r["num_output_tokens"] for r in rs]))
+        steps = [a for r in rs for a in r["acceptance_lengths"]]
+        rows.append({
+            "method": m,
+            "responses": len(rs),
+            "tokens": int(sum(r["num_output_tokens"] for r in rs)),
+            "tok_per_s": 1.0 / tpot[m] if tpot[m] > 0 else float("inf"),
+            "tau": float(np.mean(steps)) if steps else float("nan"),
+            "mean_tree": float(np.mean([t for r in rs for t in r["tree_sizes"]])) if steps else float("nan"),
+        })
+    for row in rows:
+        row["speedup"] = tpot["ar"] / tpot[row["method"]] if "ar" in tpot and tpot[row["method"]] > 0 else float("nan")
+    return rows
+
+
+def format_summary(rows: Sequence[dict[str, Any]], block_size: int) -> str:
+    head = f"{'Method':<22} {'Throughput':>14} {'Speedup':>8} {'Avg accept':>11} {'Avg tree':>9} {'Resp':>5}"
+    lines = ["=" * len(head), head, "-" * len(head)]
+    for r in rows:
+        label = METHOD_LABELS.get(r["method"], r["method"])
+        if r["method"] == "dflash":
+            label += f" (bs={block_size})"
+        acc = "-" if r["method"] == "ar" else f"{r['tau']:.2f}"
+        lines.append(
+            f"{label:<22} {r['tok_per_s']:>10.2f} tok/s {r['speedup']:>7.2f}x {acc:>11} {r['mean_tree']:>9.1f} {r['responses']:>5}"
+        )
+    lines.append("=" * len(head))
+    return "\n".join(lines)
