@@ -120,7 +120,7 @@ class Decoder:
         if self.method == "dflash":
             return chain_tree(root, draft_logits.argmax(dim=-1))
         # Draft probabilities at the sampling temperature (1 for greedy) feed the surrogate.
-        logprobs = torch.log_softmax(draft_logits / (temperature if temperature > 0 else 1.0), dim=-1)
+        logprobs = torch.log_softmax(draft_logits.float() / (temperature if temperature > 0 else 1.0), dim=-1)
         curve = fixed = None
         if self.policy.budget is None:
             curve = self.cost_model.curve(c, self.policy.n_max, device=draft_logits.device)

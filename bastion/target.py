@@ -120,4 +120,5 @@ class Target:
         return ForwardOut(hidden=hidden, features=feats)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(hidden).float()
+        """LM-head logits in the model's dtype (argmax needs no upcast; sampling upcasts)."""
+        return self.lm_head(hidden)

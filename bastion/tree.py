@@ -55,25 +55,22 @@ class Tree:
 def ancestor_matrix(parents: torch.Tensor, max_depth: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Depths [n] and the ancestors-or-self matrix [n, n] from a parent vector.
 
-    Walks every node up ``max_depth`` levels at once (one gather per level, no host sync):
-    level k holds each node's k-th ancestor, or the node itself once past the root, so a
-    single scatter marks all ancestors.
+    Pointer doubling: column k of ``hops`` is every node's k-th ancestor (the root's
+    parent is the root itself), and each round doubles the number of columns, so
+    log2(max_depth) gathers mark all ancestors at once, with no host sync.
     """
     n = parents.shape[0]
     idx = torch.arange(n, device=parents.device)
     up = parents.clone()
     up[0] = 0
-    hops = [idx]
-    cur = idx
-    depth = torch.zeros(n, dtype=torch.long, device=parents.device)
-    for _ in range(max_depth):
-        nxt = up[cur]  # [n]
-        depth = depth + (cur != 0).long()
-        cur = nxt
-        hops.append(cur)
+    hops = idx[:, None]  # [n, 1]
+    jump = up
+    while hops.shape[1] < max_depth + 1:
+        hops = torch.cat([hops, jump[hops]], dim=1)  # [n, 2 * cols]: hops 0 .. 2 * cols - 1
+        jump = jump[jump]
     anc = torch.zeros(n, n, dtype=torch.bool, device=parents.device)
-    anc.scatter_(1, torch.stack(hops, dim=1), True)  # [n, max_depth + 1] column indices
-    return depth, anc
+    anc.scatter_(1, hops, True)
+    return anc.sum(dim=1) - 1, anc
 
 
 def chain_tree(root: torch.Tensor, draft_tokens: torch.Tensor) -> Tree:
@@ -115,30 +112,45 @@ class TreePolicy:
             raise ValueError(f"budget must be >= 1 node, got {self.budget}")
 
 
+_LAYOUT: dict[tuple[int, int, int, str], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _layout(d_max: int, k: int, m: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Depth and within-depth index of every ranked path; fixed by (D, K, m), so cached."""
+    key = (d_max, k, m, str(device))
+    if key not in _LAYOUT:
+        sizes, width = [], 1
+        for _ in range(d_max):
+            width = min(m, width * k)
+            sizes.append(width)
+        depth = torch.cat([torch.full((w,), d + 1, dtype=torch.long) for d, w in enumerate(sizes)])
+        local = torch.cat([torch.arange(w) for w in sizes])
+        _LAYOUT[key] = (depth.to(device), local.to(device))
+    return _LAYOUT[key]
+
+
 def _top_paths(logq: torch.Tensor, m: int) -> tuple[torch.Tensor, ...]:
     """The ``m`` most probable paths over all depths (root excluded), best first.
 
     ``logq`` [D, K] holds each depth's top-K log-probabilities, sorted descending.
     Returns (logp, depth, local index, parent's local index, token rank), each [<= m].
     The top paths of depth d+1 extend top paths of depth d, so keeping ``m`` per depth
-    is exact for the global top ``m``.
+    is exact for the global top ``m``.  Only the add and the top-k run per depth.
     """
     d_max, k = logq.shape
     prev = logq.new_zeros(1)  # depth 0: the root, log-prob 0
-    vals, par_local, ranks, depths, local = [], [], [], [], []
+    vals, idxs = [], []
     for d in range(d_max):
-        cand = (prev[:, None] + logq[d][None, :]).flatten()  # [P * K]
-        v, i = cand.topk(min(m, cand.numel()))  # sorted descending
+        v, i = (prev[:, None] + logq[d][None, :]).flatten().topk(min(m, prev.shape[0] * k))
         vals.append(v)
-        par_local.append(torch.div(i, k, rounding_mode="floor"))
-        ranks.append(i % k)
-        depths.append(torch.full_like(i, d + 1))
-        local.append(torch.arange(i.shape[0], device=logq.device))
+        idxs.append(i)
         prev = v
-    all_v = torch.cat(vals)
+    all_v, all_i = torch.cat(vals), torch.cat(idxs)
+    depth, local = _layout(d_max, k, m, logq.device)
     # Stable descending sort of a depth-ordered list: equal probabilities keep parents first.
     order = torch.sort(all_v, descending=True, stable=True).indices[:m]
-    return tuple(torch.cat(x)[order] for x in (vals, depths, local, par_local, ranks))
+    all_i = all_i[order]
+    return all_v[order], depth[order], local[order], torch.div(all_i, k, rounding_mode="floor"), all_i % k
 
 
 def _count_nodes(
@@ -149,8 +161,6 @@ def _count_nodes(
 ) -> torch.Tensor:
     """Number of nodes (root included) the rule keeps, as a 0-d tensor (no host sync)."""
     avail = logp.shape[0] + 1
-    if policy.budget is not None:
-        return torch.tensor(min(policy.budget, avail), device=logp.device)
     p = logp.exp()  # [N]; candidate j joins a tree of n = j + 1 nodes
     big_p = 1.0 + torch.cumsum(p, 0) - p  # P of the tree before candidate j joins
     n = torch.arange(1, avail, device=logp.device)
@@ -188,10 +198,15 @@ def build_tree(
     limit = policy.budget if policy.budget is not None else policy.n_max
     k = min(policy.topk, vocab, max(limit - 1, 1))
     logq, tok = draft_logprobs.topk(k, dim=-1)  # [D, K] each, sorted descending
-    m = max(limit - 1, 1) if search_hint is None else max(1, min(max(search_hint, policy.n_min), limit) - 1)
+    # a fixed budget knows its size; the adaptive rule starts from the hint and widens if needed
+    adaptive_hint = search_hint is not None and policy.budget is None
+    m = max(1, min(max(search_hint, policy.n_min), limit) - 1) if adaptive_hint else max(limit - 1, 1)
     while True:
         logp, depth, local, par_local, rank = _top_paths(logq, m)
-        n = int(_count_nodes(logp, policy, cost_curve, fixed_cost))
+        if policy.budget is not None:
+            n = min(policy.budget, logp.shape[0] + 1)
+            break
+        n = int(_count_nodes(logp, policy, cost_curve, fixed_cost))  # the step's one host sync
         exhausted = logp.shape[0] < m  # every path of every depth was ranked
         if n - 1 < logp.shape[0] or exhausted or m >= limit - 1:
             break
@@ -201,13 +216,13 @@ def build_tree(
     depth, local, par_local, rank = depth[:sel], local[:sel], par_local[:sel], rank[:sel]
     device = tok.device
     # Map (depth, local index) of every kept path to its node index (root = node 0).
-    width = min(m, max(int(local.shape[0]), 1)) + 1
-    table = torch.full((d_max + 1, max(width, m + 1)), -1, dtype=torch.long, device=device)
+    table = torch.full((d_max + 1, m + 1), -1, dtype=torch.long, device=device)
     table[0, 0] = 0
     table[depth, local] = torch.arange(1, sel + 1, device=device)
     parents = torch.cat([torch.full((1,), -1, dtype=torch.long, device=device), table[depth - 1, par_local]])
     tokens = torch.cat([root.view(1).to(device), tok[depth - 1, rank]])
-    depths, ancestors = ancestor_matrix(parents, d_max)
+    _, ancestors = ancestor_matrix(parents, d_max)
+    depths = torch.cat([depth.new_zeros(1), depth])
     return Tree(tokens=tokens, parents=parents, depths=depths, ancestors=ancestors)
 
 
