@@ -14,6 +14,7 @@ import argparse
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -24,6 +25,10 @@ from .calibrate import Calibration, CalibrationError, Grid, calibrate, calibrati
 from .decoding import METHODS, Decoder
 from .prompts import PromptBuilder
 from .tree import TreePolicy
+
+
+class UsageError(ValueError):
+    """Bad command-line input; reported as one line, exit status 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,7 +72,7 @@ def _device(arg: str, local_rank: int, world: int) -> torch.device:
     dev = torch.device(arg)
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise SystemExit("error: --device cuda requested but no CUDA device is visible")
+            raise UsageError("--device cuda requested but no CUDA device is visible")
         if dev.index is None:
             dev = torch.device("cuda", local_rank if world > 1 else torch.cuda.current_device())
         torch.cuda.set_device(dev)
@@ -84,7 +89,7 @@ def parse_methods(text: str) -> list[str]:
     methods = [m.strip() for m in text.split(",") if m.strip()]
     bad = [m for m in methods if m not in METHODS]
     if bad or not methods:
-        raise SystemExit(f"error: unknown method(s) {bad or text!r} in --methods; choose from {', '.join(METHODS)}")
+        raise UsageError(f"unknown method(s) {bad or text!r} in --methods; choose from {', '.join(METHODS)}")
     return [m for m in METHODS if m in methods]  # AR first: later turns reuse its answer
 
 
@@ -95,7 +100,7 @@ def _parse_shard(text: str | None) -> tuple[int, int]:
         i, n = (int(x) for x in text.split("/"))
         assert 0 <= i < n
     except (ValueError, AssertionError):
-        raise SystemExit(f"error: --shard must be I/N with 0 <= I < N, got {text!r}") from None
+        raise UsageError(f"--shard must be I/N with 0 <= I < N, got {text!r}") from None
     return i, n
 
 
@@ -104,21 +109,21 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     log = (lambda *a: None) if args.quiet or rank != 0 else (lambda *a: print(*a, file=sys.stderr, flush=True))
     methods = parse_methods(args.methods)
     if args.temperature < 0:
-        raise SystemExit(f"error: --temperature must be >= 0, got {args.temperature}")
+        raise UsageError(f"--temperature must be >= 0, got {args.temperature}")
     if args.max_new_tokens < 1:
-        raise SystemExit(f"error: --max-new-tokens must be >= 1, got {args.max_new_tokens}")
+        raise UsageError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     shard_i, shard_n = _parse_shard(args.shard)
     target_ref, drafter_ref, model_name = models.resolve(args.model, args.draft_model)
     models.check_thinking(args.enable_thinking, target_ref)
     need_drafter = any(m != "ar" for m in methods)
     if need_drafter and drafter_ref is None:
-        raise SystemExit("error: --draft-model is required for dflash/bastion unless --model is a registered pair")
+        raise UsageError("--draft-model is required for dflash/bastion unless --model is a registered pair")
     policy = TreePolicy(n_min=args.n_min, n_max=args.n_max, topk=args.topk, budget=args.budget)
 
     # 1. prompts first: an unknown or unreachable dataset fails before any weights load
     prompts = datasets.load_prompts(args.dataset, args.max_samples, seed=args.data_seed, cache_dir=args.cache_dir)
     if not prompts:
-        raise SystemExit(f"error: dataset {args.dataset!r} has no prompts")
+        raise UsageError(f"dataset {args.dataset!r} has no prompts")
 
     # 2. device, models, checks
     if world > 1 and not torch.distributed.is_initialized():
@@ -126,6 +131,15 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         torch.distributed.init_process_group(backend=backend)
     device = _device(args.device, local_rank, world)
     dtype = _dtype(args.dtype, device)
+    fp_now = fingerprint.collect(device, dtype, args.attn_impl)
+    hw_key = fingerprint.hardware_key(fp_now)
+    cal_path = calibration_path(args.cache_dir, hw_key, model_name)
+    adaptive = "bastion" in methods and args.budget is None
+    if adaptive and rank == 0 and not args.recalibrate:
+        if cal_path.exists():
+            Calibration.load(cal_path, current=fp_now)  # a stale calibration fails here, before loading weights
+        else:
+            check_writable(args.cache_dir, cal_path)
     target = models.load_target(target_ref, dtype, device, args.attn_impl)
     tokenizer = models.load_tokenizer(target_ref)
     drafter = None
@@ -134,20 +148,21 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         models.check_pair(target, drafter, target_ref, drafter_ref)
         if args.block_size is not None:
             if not 2 <= args.block_size <= drafter.config.block_size:
-                raise SystemExit(
-                    f"error: --block-size {args.block_size} must be in 2..{drafter.config.block_size} (the drafter's block size)"
+                raise UsageError(
+                    f"--block-size {args.block_size} must be in 2..{drafter.config.block_size} (the drafter's block size)"
                 )
             drafter.config.block_size = args.block_size
-    fp_now = fingerprint.collect(device, dtype, args.attn_impl)
-    hw_key = fingerprint.hardware_key(fp_now)
     builder = PromptBuilder(tokenizer, args.enable_thinking)
 
     # 3. calibration (adaptive BASTION only): rank 0 makes it, the others wait
     cal = None
-    if "bastion" in methods and args.budget is None:
-        cal = _calibration(args, target, drafter, policy, builder, prompts, model_name, fp_now, hw_key, device, rank, world, log)
+    if adaptive:
+        cal = _calibration(args, target, drafter, policy, builder, prompts, model_name, fp_now, cal_path, device, rank, world, log)
 
     # 4. decode, resuming from a partial output
+    if cal is not None and cal.max_s < policy.n_max:
+        # never extrapolate the cost model past the largest tree it was fitted on
+        policy = replace(policy, n_max=max(cal.max_s, policy.n_min))
     decoders = {m: Decoder(target, m, drafter, policy, cal and cal.cost_model, cal and cal.overheads) for m in methods}
     settings = {
         "model": target_ref, "draft_model": drafter_ref if need_drafter else None, "dataset": args.dataset,
@@ -158,7 +173,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     key = records.run_key(settings)
     base = {
         "run_key": key, "model": model_name, "target": target_ref, "draft_model": drafter_ref if need_drafter else None,
-        "dataset_arg": args.dataset, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens,
+        "dataset_arg": args.dataset, "rank": rank, "world_size": world, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens,
         "block_size": settings["block_size"], "hardware": hw_key, "fingerprint": fp_now,
         "calibration": None if cal is None else {"params": cal.cost_model.to_dict()["params"], "t_draft": cal.overheads.t_draft, "t_other": cal.overheads.t_other},
     }
@@ -215,8 +230,8 @@ def _decode_prompt(idx, prompt, decoders, methods, builder, stops, args, base) -
     return out
 
 
-def _calibration(args, target, drafter, policy, builder, prompts, model_name, fp_now, hw_key, device, rank, world, log) -> Calibration:
-    path = calibration_path(args.cache_dir, hw_key, model_name)
+def _calibration(args, target, drafter, policy, builder, prompts, model_name, fp_now, path, device, rank, world, log) -> Calibration:
+    hw_key = fingerprint.hardware_key(fp_now)
     if rank == 0 and (args.recalibrate or not path.exists()):
         check_writable(args.cache_dir, path)
         grid_name = args.calib_grid if args.calib_grid != "auto" else ("paper" if device.type == "cuda" else "small")

@@ -79,19 +79,22 @@ class Grid:
     warmup: int = 2
     repeats: int = 5
     holdout_every: int = 5  # every k-th grid point is held out of the fit
+    tail_s: tuple[int, ...] = ()  # larger trees, probed at the smallest and largest c only
 
     @classmethod
     def named(cls, name: str) -> "Grid":
         if name == "paper":  # DESIGN section 3: s 16..512 step 16, c 64..2048 in powers of two
-            return cls(tuple(range(16, 513, 16)), tuple(64 << i for i in range(6)))
+            return cls(tuple(range(16, 513, 16)), tuple(64 << i for i in range(6)), tail_s=(1024, 2048, 4096, 8192))
         if name == "small":  # CPUs: small models, trees rarely pass 128 nodes
-            return cls(tuple(range(8, 129, 8)), tuple(64 << i for i in range(5)), warmup=1, repeats=3)
+            return cls(tuple(range(8, 129, 8)), tuple(64 << i for i in range(5)), warmup=1, repeats=3, tail_s=(192, 256))
         if name == "tiny":  # tests
             return cls((2, 4, 8, 12, 16), (16, 32, 64), warmup=1, repeats=2, holdout_every=4)
         raise ValueError(f"unknown calibration grid {name!r}; choose paper, small or tiny")
 
     def points(self) -> list[tuple[int, int]]:
-        return [(s, c) for c in self.c_values for s in self.s_values]
+        """The (s, c) grid; the sparse tail lets the tree grow as far as it was measured."""
+        ends = (self.c_values[0], self.c_values[-1])
+        return [(s, c) for c in self.c_values for s in self.s_values + (self.tail_s if c in ends else ())]
 
 
 def probe_grid(
@@ -106,14 +109,19 @@ def probe_grid(
     gen = torch.Generator(device="cpu").manual_seed(seed)
     vocab = int(target.config.vocab_size)
     rows: list[dict[str, float]] = []
-    total, done = len(grid.points()), 0
+    # points past the model's positions cannot occur while decoding: skip them
+    points = [(s, c) for s, c in grid.points() if c + s <= target.max_positions]
+    if len(points) < 8:
+        raise CalibrationError(f"only {len(points)} grid points fit the target's {target.max_positions} positions")
+    total, done = len(points), 0
     for c in grid.c_values:
-        if c + max(grid.s_values) > target.max_positions:
-            raise CalibrationError(f"grid point c={c}, s={max(grid.s_values)} exceeds the target's positions")
-        cache = target.new_cache(capacity=c + max(grid.s_values))
+        s_values = [s for s, cc in points if cc == c]
+        if not s_values:
+            continue
+        cache = target.new_cache(capacity=c + max(s_values))
         ctx = torch.randint(0, vocab, (1, c), generator=gen).to(device)
         target.forward(ctx, torch.arange(c, device=device)[None], None, cache, features=False)
-        for s in grid.s_values:
+        for s in s_values:
             ids = torch.randint(0, vocab, (1, s), generator=gen).to(device)
             pos = torch.arange(c, c + s, device=device)[None]
             mask = torch.ones(1, 1, s, c + s, dtype=torch.bool, device=device)
@@ -186,6 +194,11 @@ class Calibration:
     points: list[dict[str, float]] = field(default_factory=list)
     seconds: float = 0.0
 
+    @property
+    def max_s(self) -> int:
+        """The largest tree size measured: the adaptive rule never grows past it."""
+        return int(max(p["s"] for p in self.points))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "format_version": FORMAT_VERSION,
@@ -250,14 +263,21 @@ def calibration_path(cache_dir: str | os.PathLike, hw_key: str, model: str) -> P
 
 
 def check_writable(cache_dir: str | os.PathLike, path: Path) -> None:
-    """Fail before any measurement if the calibration could not be saved."""
+    """Fail before any measurement if the calibration could not be saved.
+
+    Tries a real write (permission bits alone do not tell, e.g. for root or read-only
+    mounts).
+    """
     folder = Path(cache_dir)
-    probe = folder if folder.exists() else folder.parent
-    if not os.access(probe, os.W_OK):
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
+            pass
+    except OSError as exc:
         raise CalibrationError(
-            f"no calibration at {path} and the cache directory {folder} is read-only, so none can be made; "
-            "run once where the cache directory is writable (or pass a writable --cache-dir)"
-        )
+            f"no calibration at {path} and the cache directory {folder} is read-only ({exc.strerror}), "
+            "so none can be made; run once where the cache directory is writable, or pass a writable --cache-dir"
+        ) from exc
 
 
 def calibrate(

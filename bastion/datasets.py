@@ -38,7 +38,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from bastion import hub
+from dflash import hub
 from bastion.dataset_formats import (
     FORMATTERS,
     DatasetFormatError,

@@ -17,7 +17,7 @@ import torch
 from dflash import DFlashDraftModel
 from dflash.checkpoint import CheckpointError
 
-from . import hub
+from dflash import hub
 from .cost_model import SUPPORTED_FAMILIES
 from .target import Target, UnsupportedModelError
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from . import hub
 from .config import DFlashConfig
 from .model import DFlashDraftModel
 
@@ -44,6 +45,7 @@ def resolve_checkpoint_dir(name_or_path: str, cache_dir: str | None = None) -> P
     try:
         from huggingface_hub import snapshot_download
 
+        hub.probe(name_or_path)  # an unreachable hub fails in seconds, not minutes
         folder = snapshot_download(
             repo_id=name_or_path,
             allow_patterns=["config.json", "*.safetensors", "*.safetensors.index.json"],
@@ -53,8 +55,7 @@ def resolve_checkpoint_dir(name_or_path: str, cache_dir: str | None = None) -> P
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(
             f"cannot fetch drafter {name_or_path!r} from the Hugging Face hub ({type(exc).__name__}: {first}). "
-            "Set HF_TOKEN on a machine with hub access, or pre-fill the Hugging Face cache and set "
-            "HF_HUB_OFFLINE=1, or pass a local folder."
+            f"Fix: {hub.FIX_HINT}, or pass a local folder."
         ) from exc
     return Path(folder)
 
@@ -99,6 +100,10 @@ def load_drafter(
             f"missing {missing[:8]}{'...' if len(missing) > 8 else ''}, "
             f"unexpected {unexpected[:8]}{'...' if len(unexpected) > 8 else ''}"
         )
+    shapes = {k: tuple(t.shape) for k, t in model.state_dict().items()}
+    wrong = [f"{k}: file {tuple(state[k].shape)}, config {shapes[k]}" for k in sorted(shapes) if tuple(state[k].shape) != shapes[k]]
+    if wrong:
+        raise CheckpointError(f"drafter weights in {folder} do not match its config.json: " + "; ".join(wrong[:6]))
     model.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=True, assign=True)
     # Buffers (RoPE frequencies) are not in the checkpoint: rebuild them on the real device.
     model.rotary_emb = type(model.rotary_emb)(config.layers)
