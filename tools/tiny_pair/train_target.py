@@ -1,0 +1,361 @@
+"""Train the tiny pair's target: a small Qwen3ForCausalLM, from scratch, on the stdlib corpus.
+
+The target only has to be a real language model whose predictions are worth drafting
+for; a few million parameters trained for minutes on CPython's ``Lib/`` is enough, and
+keeps the whole speculative-decoding experiment runnable without downloads.
+
+Inputs: ``--corpus`` (``train.txt``, ``valid.txt``, ``heldout.txt``; documents separated by
+``<|endoftext|>``) and ``--tokenizer`` (a fast tokenizer folder from ``tokenizer.py``).
+Token ids are cached as ``<out>/tokens/<split>.npy`` (each document followed by EOS) and
+packed into non-overlapping windows of ``--seq-len``; every step draws random windows.
+
+Outputs in ``--out``: ``target/`` (bf16 safetensors + tokenizer, loadable offline with
+``AutoModelForCausalLM`` / ``AutoTokenizer``), ``metrics.json`` (train / valid / held-out
+perplexity, throughput) and ``train_log.jsonl``.
+
+Usage::
+
+    python tools/tiny_pair/train_target.py --corpus /work/tiny_build/corpus \\
+        --tokenizer /work/tiny_build/tokenizer --out /work/tiny_build/target_run \\
+        --steps 2000 --batch-size 64 --seq-len 512
+    # size a run first: time a few steps and print tokens/s, then exit
+    python tools/tiny_pair/train_target.py ... --tokens-per-second
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+SPLITS = ("train", "valid", "heldout")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description="Train the tiny Qwen3 target from scratch.")
+    p.add_argument("--corpus", required=True, help="folder with train.txt, valid.txt, heldout.txt")
+    p.add_argument("--tokenizer", required=True, help="HF fast tokenizer folder")
+    p.add_argument("--out", required=True)
+    g = p.add_argument_group("model")
+    g.add_argument("--hidden-size", type=int, default=256)
+    g.add_argument("--layers", type=int, default=6)
+    g.add_argument("--heads", type=int, default=4)
+    g.add_argument("--head-dim", type=int, default=64)
+    g.add_argument("--kv-heads", type=int, default=2)
+    g.add_argument("--intermediate-size", type=int, default=768)
+    g.add_argument("--max-position-embeddings", type=int, default=2048)
+    g.add_argument("--rope-theta", type=float, default=10000.0)
+    g.add_argument("--rms-norm-eps", type=float, default=1e-6)
+    g = p.add_argument_group("training")
+    g.add_argument("--steps", type=int, default=1000)
+    g.add_argument("--batch-size", type=int, default=32)
+    g.add_argument("--seq-len", type=int, default=512)
+    g.add_argument("--lr", type=float, default=2e-3)
+    g.add_argument("--min-lr-ratio", type=float, default=0.1)
+    g.add_argument("--warmup-steps", type=int, help="default: 5%% of --steps")
+    g.add_argument("--weight-decay", type=float, default=0.1)
+    g.add_argument("--grad-clip", type=float, default=1.0)
+    g.add_argument("--seed", type=int, default=0)
+    g = p.add_argument_group("runtime")
+    g.add_argument("--device", default=None, help="default: cuda if available, else cpu")
+    g.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto",
+                   help="autocast dtype: auto = bf16 on GPU, fp32 on CPU")
+    g.add_argument("--compile", action="store_true", help="torch.compile the model")
+    g.add_argument("--log-every", type=int, default=20)
+    g.add_argument("--val-every", type=int, default=0, help="validation loss every N steps (0: end only)")
+    g.add_argument("--eval-max-tokens", type=int, default=0,
+                   help="cap tokens per split in evaluation (0: the whole split)")
+    g.add_argument("--train-eval-tokens", type=int, default=524288,
+                   help="tokens of train.txt used for the final train perplexity (0: all)")
+    g.add_argument("--tokens-per-second", action="store_true",
+                   help="benchmark: time --bench-steps steps, print tokens/s and the projected run time, exit")
+    g.add_argument("--bench-steps", type=int, default=10)
+    g.add_argument("--no-progress", action="store_true")
+    return p
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def _fingerprint(text_path: Path, tokenizer_dir: Path) -> str:
+    """Identify a (text, tokenizer) pair so a stale token cache is never reused."""
+    h = hashlib.sha256()
+    st = text_path.stat()
+    h.update(f"{text_path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode())
+    tok = tokenizer_dir / "tokenizer.json"
+    if tok.exists():
+        h.update(tok.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def load_split(corpus: Path, split: str, tokenizer, tokenizer_dir: Path, cache_dir: Path):
+    """Token ids of one split as int32 numpy (cached in ``cache_dir``)."""
+    import numpy as np
+
+    from dflash.train_data import tokenize_text
+
+    src = corpus / f"{split}.txt"
+    if not src.is_file():
+        raise FileNotFoundError(f"{src} is missing: the corpus folder needs train.txt, valid.txt and heldout.txt")
+    cache = cache_dir / f"{split}.npy"
+    meta = cache_dir / f"{split}.json"
+    fp = _fingerprint(src, tokenizer_dir)
+    if cache.exists() and meta.exists() and json.loads(meta.read_text()).get("fingerprint") == fp:
+        return np.load(cache)
+    ids = tokenize_text(src.read_text(encoding="utf-8"), tokenizer).astype(np.int32)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    np.save(cache, ids)
+    meta.write_text(json.dumps({"fingerprint": fp, "tokens": int(len(ids)), "source": str(src)}) + "\n")
+    return ids
+
+
+def pack(ids, seq_len: int):
+    """Flat ids -> LongTensor [N, T] of non-overlapping windows (the tail is dropped)."""
+    import torch
+
+    n = len(ids) // seq_len
+    if n == 0:
+        raise ValueError(f"only {len(ids)} tokens: not one window of --seq-len {seq_len}")
+    return torch.from_numpy(ids[: n * seq_len].astype("int64")).view(n, seq_len)
+
+
+class WindowSampler:
+    """Random windows without replacement within an epoch (every window once per epoch)."""
+
+    def __init__(self, n: int, seed: int) -> None:
+        import torch
+
+        self.n = n
+        self.gen = torch.Generator().manual_seed(seed)
+        self.order = torch.randperm(n, generator=self.gen)
+        self.pos = 0
+        self.epoch = 0
+
+    def take(self, k: int):
+        import torch
+
+        parts = []
+        while k > 0:
+            if self.pos == self.n:
+                self.order, self.pos = torch.randperm(self.n, generator=self.gen), 0
+                self.epoch += 1
+            m = min(k, self.n - self.pos)
+            parts.append(self.order[self.pos : self.pos + m])
+            self.pos += m
+            k -= m
+        return torch.cat(parts)
+
+
+# ----------------------------------------------------------------------------- model
+
+
+def build_model(args, vocab_size: int, eos_id: int):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    cfg = Qwen3Config(
+        vocab_size=vocab_size,
+        hidden_size=args.hidden_size,
+        intermediate_size=args.intermediate_size,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        num_key_value_heads=args.kv_heads,
+        head_dim=args.head_dim,
+        max_position_embeddings=args.max_position_embeddings,
+        rope_parameters={"rope_type": "default", "rope_theta": args.rope_theta},
+        rms_norm_eps=args.rms_norm_eps,
+        tie_word_embeddings=True,
+        eos_token_id=eos_id,
+        pad_token_id=eos_id,
+        use_cache=True,
+    )
+    return Qwen3ForCausalLM(cfg)
+
+
+def lm_loss(model, ids):
+    """Mean next-token cross-entropy of ``ids`` [B, T] (fp32 logits)."""
+    import torch.nn.functional as F
+
+    logits = model(input_ids=ids, use_cache=False).logits  # [B, T, V]
+    return F.cross_entropy(logits[:, :-1].float().flatten(0, 1), ids[:, 1:].flatten())
+
+
+def evaluate(model, windows, batch_size: int, device, autocast, max_tokens: int = 0) -> float:
+    """Mean token NLL over ``windows`` [N, T] (evenly strided subset when capped)."""
+    import torch
+
+    n = windows.shape[0]
+    if max_tokens:
+        keep = max(1, min(n, max_tokens // windows.shape[1]))
+        windows = windows[torch.linspace(0, n - 1, keep).long()]
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for i in range(0, windows.shape[0], batch_size):
+            ids = windows[i : i + batch_size].to(device)
+            with autocast():
+                loss = lm_loss(model, ids)
+            k = ids.shape[0] * (ids.shape[1] - 1)
+            total += float(loss) * k
+            count += k
+    model.train(was_training)
+    return total / max(count, 1)
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def _table(rows: list[tuple[str, str]]) -> None:
+    w = max(len(k) for k, _ in rows)
+    print("-" * (w + 44))
+    for k, v in rows:
+        print(f"{k:<{w}}  {v}")
+    print("-" * (w + 44), flush=True)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = build_parser().parse_args(argv)
+    import torch
+    from tqdm.auto import tqdm
+    from transformers import AutoTokenizer
+
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    amp_dtype = {"auto": torch.bfloat16 if device.type == "cuda" else None, "bf16": torch.bfloat16,
+                 "fp32": None}[args.precision]
+
+    def autocast():
+        return torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None)
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tok_dir = Path(args.tokenizer)
+    tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
+    eos_id = tokenizer.eos_token_id
+    if eos_id is None:
+        raise SystemExit(f"tokenizer {tok_dir} has no EOS token; the corpus separator needs one")
+    corpus = Path(args.corpus)
+    t_tok = time.perf_counter()
+    splits = {s: load_split(corpus, s, tokenizer, tok_dir, out / "tokens") for s in SPLITS}
+    t_tok = time.perf_counter() - t_tok
+    windows = {s: pack(ids, args.seq_len) for s, ids in splits.items()}
+    print(f"tokens: " + ", ".join(f"{s} {len(v):,}" for s, v in splits.items())
+          + f" ({t_tok:.1f} s incl. tokenization/cache)", flush=True)
+
+    torch.manual_seed(args.seed)
+    model = build_model(args, len(tokenizer), eos_id).to(device).train()
+    n_params = sum(p.numel() for p in model.parameters())
+    fwd = torch.compile(model) if args.compile else model
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.95))
+    warmup = args.warmup_steps if args.warmup_steps is not None else max(1, args.steps // 20)
+
+    def lr_mult(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        prog = min(1.0, (step - warmup) / max(1, args.steps - warmup))
+        return args.min_lr_ratio + (1 - args.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * prog))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_mult)
+    sampler = WindowSampler(windows["train"].shape[0], args.seed)
+    tok_per_step = args.batch_size * args.seq_len
+
+    def train_step() -> float:
+        ids = windows["train"][sampler.take(args.batch_size)].to(device, non_blocking=True)  # [B, T]
+        with autocast():
+            loss = lm_loss(fwd, ids)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+        opt.step()
+        sched.step()
+        return float(loss.detach())
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    if args.tokens_per_second:
+        train_step()  # warm-up (allocator, kernels, compile)
+        sync()
+        t = time.perf_counter()
+        for _ in range(args.bench_steps):
+            train_step()
+        sync()
+        dt = (time.perf_counter() - t) / args.bench_steps
+        res = {"tokens_per_s": tok_per_step / dt, "s_per_step": dt, "params": n_params,
+               "projected_s": dt * args.steps, "device": str(device)}
+        _table([("params", f"{n_params:,}"), ("device", str(device)), ("batch x seq", f"{args.batch_size} x {args.seq_len}"),
+                ("s/step", f"{dt:.4f}"), ("tokens/s", f"{res['tokens_per_s']:,.0f}"),
+                ("projected", f"{res['projected_s']:.1f} s for --steps {args.steps} "
+                              f"({args.steps * tok_per_step / len(splits['train']):.1f} epochs)")])
+        return res
+
+    log_path = out / "train_log.jsonl"
+    log = open(log_path, "w", encoding="utf-8")
+    bar = tqdm(total=args.steps, disable=args.no_progress, desc="target", dynamic_ncols=True)
+    t_start = t_log = time.perf_counter()
+    run_loss, run_n = 0.0, 0
+    rec: dict[str, Any] = {}
+    try:
+        for step in range(1, args.steps + 1):
+            run_loss += train_step()
+            run_n += 1
+            bar.update(1)
+            if step % args.log_every == 0 or step == args.steps:
+                now = time.perf_counter()
+                rec = {"step": step, "loss": run_loss / run_n, "lr": sched.get_last_lr()[0],
+                       "tokens_per_s": run_n * tok_per_step / max(now - t_log, 1e-9), "epoch": sampler.epoch}
+                if args.val_every and step % args.val_every == 0:
+                    rec["valid_loss"] = evaluate(model, windows["valid"], args.batch_size, device, autocast,
+                                                 args.eval_max_tokens)
+                log.write(json.dumps(rec) + "\n")
+                log.flush()
+                bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens_per_s']:.0f}")
+                run_loss, run_n, t_log = 0.0, 0, time.perf_counter()
+    finally:
+        bar.close()
+        log.close()
+    sync()
+    train_s = time.perf_counter() - t_start
+
+    def cap(split: str) -> int:
+        caps = [c for c in (args.eval_max_tokens, args.train_eval_tokens if split == "train" else 0) if c]
+        return min(caps) if caps else 0
+
+    losses = {s: evaluate(model, windows[s], args.batch_size, device, autocast, cap(s)) for s in SPLITS}
+    metrics = {
+        "steps": args.steps, "params": n_params, "train_seconds": train_s,
+        "tokens_seen": args.steps * tok_per_step, "epochs": args.steps * tok_per_step / len(splits["train"]),
+        "tokens_per_s": args.steps * tok_per_step / max(train_s, 1e-9), "device": str(device),
+        "split_tokens": {s: int(len(v)) for s, v in splits.items()},
+        "eval_tokens": {s: cap(s) or int(len(v)) for s, v in splits.items()},
+        **{f"{s}_loss": v for s, v in losses.items()},
+        **{f"{s}_ppl": math.exp(min(v, 50.0)) for s, v in losses.items()},
+        "args": vars(args),
+    }
+    target_dir = out / "target"
+    model.to(torch.bfloat16)
+    model.config.dtype = torch.bfloat16
+    model.generation_config.eos_token_id = eos_id
+    model.generation_config.pad_token_id = eos_id
+    model.save_pretrained(str(target_dir))  # safetensors (the only format Transformers 5 writes)
+    tokenizer.save_pretrained(str(target_dir))
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+    _table([("params", f"{n_params:,}"), ("steps", f"{args.steps} ({metrics['epochs']:.2f} epochs)"),
+            ("train time", f"{train_s:.1f} s ({metrics['tokens_per_s']:,.0f} tokens/s on {device})"),
+            ("last train loss", f"{rec.get('loss', float('nan')):.4f}"),
+            *[(f"{s} ppl", f"{metrics[f'{s}_ppl']:.3f} (loss {metrics[f'{s}_loss']:.4f})") for s in SPLITS],
+            ("saved", str(target_dir))])
+    return metrics
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(0)
