@@ -1,0 +1,193 @@
+"""``python -m bastion.benchmark`` end to end on a saved tiny pair and a local JSONL.
+
+The pair is a random Qwen3 target with a byte-level tokenizer (no chat template, so
+prompts go in as raw text) and a random DFlash drafter, written in the public layouts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from bastion import benchmark
+from builders import save_pair
+
+PROMPTS = [
+    {"turns": ["def add(a, b):\n    return"]},
+    {"turns": ["import os\n", "class Walker:\n    def __init__(self):"]},
+    {"turns": ["# sort a list\n"]},
+]
+REQUIRED = {
+    "prompt_index": int, "turn": int, "method": str, "output_ids": list, "num_output_tokens": int,
+    "decode_seconds": float, "prefill_seconds": float, "acceptance_lengths": list, "tree_sizes": list,
+    "contexts": list, "fingerprint": dict, "num_prompt_tokens": int, "stop_reason": str, "run_key": str,
+}
+
+
+@pytest.fixture(scope="module")
+def workdir():
+    # world-readable, so the read-only test can run the CLI as an unprivileged user
+    root = Path(tempfile.mkdtemp(prefix="bastion-cli-"))
+    root.chmod(0o755)
+    target, drafter = save_pair(root / "pair")
+    data = root / "prompts.jsonl"
+    data.write_text("".join(json.dumps(p) + "\n" for p in PROMPTS))
+    for path in root.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    yield root, target, drafter, data
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _args(target, drafter, data, cache, out=None, extra=()):
+    a = ["--model", str(target), "--draft-model", str(drafter), "--dataset", str(data), "--max-new-tokens", "12",
+         "--cache-dir", str(cache), "--calib-grid", "tiny", "--n-min", "4", "--device", "cpu", *extra]
+    return a + (["--output", str(out)] if out else [])
+
+
+def _records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_end_to_end_schema_and_calibration_reuse(workdir, capsys):
+    root, target, drafter, data = workdir
+    cache, out = root / "cache1", root / "out1.jsonl"
+    assert benchmark.main(_args(target, drafter, data, cache, out)) == 0
+    err = capsys.readouterr()
+    assert "[calibrate] wrote" in err.err
+    assert "BASTION" in err.out and "Speedup" in err.out and "tok/s" in err.out
+    recs = _records(out)
+    keys = {(r["prompt_index"], r["turn"], r["method"]) for r in recs}
+    assert len(recs) == len(keys) == 4 * 3  # 4 (prompt, turn) pairs x 3 methods
+    for r in recs:
+        for k, typ in REQUIRED.items():
+            assert isinstance(r[k], typ), k
+        assert r["num_output_tokens"] == len(r["output_ids"]) <= 12
+        assert r["num_steps"] == len(r["acceptance_lengths"]) == len(r["tree_sizes"])
+        assert r["fingerprint"]["device_type"] == "cpu" and r["fingerprint"]["torch"]
+    by = {(r["prompt_index"], r["turn"], r["method"]): r["output_ids"] for r in recs}
+    for p, t, _ in keys:
+        assert by[(p, t, "ar")] == by[(p, t, "dflash")] == by[(p, t, "bastion")]  # T = 0 is lossless
+    cal = list(cache.glob("calibration_*.json"))
+    assert len(cal) == 1
+    stamp = cal[0].stat().st_mtime_ns
+    body = json.loads(cal[0].read_text())
+    assert body["fingerprint"]["device_type"] == "cpu" and set(body["cost_model"]["params"]) == {"a_c", "b_c", "a_m", "b_m"}
+    # second run: the calibration is reused, not remade
+    assert benchmark.main(_args(target, drafter, data, cache, root / "out1b.jsonl", ["--quiet"])) == 0
+    assert "[calibrate]" not in capsys.readouterr().err
+    assert cal[0].stat().st_mtime_ns == stamp
+    assert [r["output_ids"] for r in _records(root / "out1b.jsonl")] == [r["output_ids"] for r in recs]
+
+
+def test_resume_skips_finished_prompts(workdir, capsys):
+    root, target, drafter, data = workdir
+    cache, out = root / "cache2", root / "out2.jsonl"
+    assert benchmark.main(_args(target, drafter, data, cache, out, ["--quiet"])) == 0
+    full = _records(out)
+    # an interrupted run: prompt 1 finished, prompt 0 half written (torn last line)
+    partial = Path(f"{out}.partial")
+    done = [r for r in full if r["prompt_index"] == 1]
+    torn = json.dumps([r for r in full if r["prompt_index"] == 0][0])[:50]
+    partial.write_text("".join(json.dumps(r) + "\n" for r in done) + torn)
+    out.unlink()
+    assert benchmark.main(_args(target, drafter, data, cache, out)) == 0
+    err = capsys.readouterr().err
+    assert "[resume] 1 of 3 prompts already done" in err
+    assert "prompt 1 done" not in err and "prompt 0 done" in err and "prompt 2 done" in err
+    again = _records(out)
+    assert not partial.exists()
+    assert [(r["prompt_index"], r["turn"], r["method"], r["output_ids"]) for r in again] == \
+           [(r["prompt_index"], r["turn"], r["method"], r["output_ids"]) for r in full]
+
+
+def test_partial_from_other_settings_is_refused(workdir, capsys):
+    root, target, drafter, data = workdir
+    out = root / "out3.jsonl"
+    Path(f"{out}.partial").write_text(json.dumps({"run_key": "0123", "prompt_index": 0}) + "\n")
+    assert benchmark.main(_args(target, drafter, data, root / "cache3", out, ["--quiet"])) == 2
+    assert "different settings" in capsys.readouterr().err
+
+
+def test_fingerprint_mismatch_refuses_to_run(workdir, capsys):
+    root, target, drafter, data = workdir
+    cache = root / "cache4"
+    assert benchmark.main(_args(target, drafter, data, cache, extra=["--quiet"])) == 0
+    cal = next(cache.glob("calibration_*.json"))
+    body = json.loads(cal.read_text())
+    body["fingerprint"]["torch"] = "1.0.0"
+    cal.write_text(json.dumps(body))
+    assert benchmark.main(_args(target, drafter, data, cache, extra=["--quiet"])) == 2
+    err = capsys.readouterr().err
+    assert "torch: calibrated with '1.0.0'" in err and "--recalibrate" in err
+
+
+def test_read_only_cache_dir_without_calibration(workdir):
+    root, target, drafter, data = workdir
+    ro = root / "ro-cache"
+    ro.mkdir()
+    ro.chmod(0o555)
+    cmd = [sys.executable, "-m", "bastion.benchmark", *_args(target, drafter, data, ro, extra=["--quiet"])]
+    if os.geteuid() == 0:  # root ignores permission bits: run as an unprivileged user
+        if not shutil.which("setpriv"):
+            pytest.skip("running as root without setpriv")
+        cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cmd]
+    env = dict(os.environ, HOME=str(root), HF_HOME=str(root / "hf"), PYTHONPATH=str(Path(benchmark.__file__).parents[1]))
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 2, res.stderr
+    assert "is read-only" in res.stderr and str(ro) in res.stderr
+    assert "[calibrate] peaks" not in res.stderr  # it failed before measuring anything
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--dataset", "no-such-set"], "gsm8k"),  # the error lists the supported names
+    (["--methods", "ar,beam"], "choose from ar, dflash, bastion"),
+])
+def test_bad_arguments(workdir, capsys, argv, needle):
+    root, target, drafter, data = workdir
+    args = _args(target, drafter, data, root / "cache5") + argv
+    try:
+        rc = benchmark.main(args)
+    except SystemExit as exc:
+        rc = exc.code
+    assert rc not in (0, None)
+    assert needle in capsys.readouterr().err
+
+
+def test_enable_thinking_guard_matches_original(capsys):
+    rc = benchmark.main(["--model", "Qwen/Qwen3-8B", "--dataset", "gsm8k", "--enable-thinking"])
+    assert rc == 2
+    assert ("DFlash draft models for Qwen3-4B and Qwen3-8B were not trained with thinking traces. "
+            "Using --enable-thinking will lead to suboptimal performance.") in capsys.readouterr().err
+
+
+def test_unsupported_target_family(workdir, capsys, tmp_path):
+    root, target, drafter, data = workdir
+    other = tmp_path / "gpt2ish"
+    shutil.copytree(target, other)
+    cfg = json.loads((other / "config.json").read_text())
+    cfg["model_type"] = "gpt2"
+    (other / "config.json").write_text(json.dumps(cfg))
+    rc = benchmark.main(["--model", str(other), "--draft-model", str(drafter), "--dataset", str(data), "--cache-dir", str(tmp_path)])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "unsupported target model family 'gpt2'" in err and "qwen3, llama" in err
+
+
+def test_drafter_that_does_not_fit(workdir, capsys, tmp_path):
+    root, target, drafter, data = workdir
+    bad = tmp_path / "bad-drafter"
+    shutil.copytree(drafter, bad)
+    cfg = json.loads((bad / "config.json").read_text())
+    cfg["dflash_config"]["target_layer_ids"] = [1, 40]
+    (bad / "config.json").write_text(json.dumps(cfg))
+    rc = benchmark.main(["--model", str(target), "--draft-model", str(bad), "--dataset", str(data), "--cache-dir", str(tmp_path)])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and str(target) in err and "[40]" in err

@@ -1,0 +1,289 @@
+"""The analytic roofline, its calibration fit and the per-step cost curve."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from transformers import GPT2Config, LlamaConfig, Qwen3Config
+
+from bastion.cost_model import (
+    CostModel,
+    CostParams,
+    HardwarePeaks,
+    ModelShape,
+    ape,
+    fit_cost_model,
+    fit_params,
+)
+
+# ---------------------------------------------------------------------------------------
+# hand counts
+
+TINY = dict(num_layers=2, hidden=8, num_heads=2, num_kv_heads=1, head_dim=4, intermediate=16, vocab=10,
+            dtype_bytes=2)
+
+
+def _hand_flops(s: int, c: int) -> float:
+    # per layer, matmul weights:
+    #   q_proj 8*2*4 = 64, k_proj 8*1*4 = 32, v_proj 32, o_proj 2*4*8 = 64   -> 192
+    #   gate, up, down: 3 * 8 * 16                                         -> 384
+    #   layer total                                                        -> 576
+    # LM head: 10 * 8 = 80;  all weights touched per token: 2 * 576 + 80 = 1232
+    linear = 2 * s * 1232  # 2 FLOPs per weight per token
+    # attention: QK^T and PV, 2 matmuls * 2 FLOPs, per layer, over c + s keys, heads * head_dim = 8
+    attention = 2 * 4 * s * (c + s) * 8  # = 64 s (c + s)
+    return linear + attention
+
+
+def _hand_bytes(s: int, c: int) -> float:
+    b = 2
+    weights = b * 1232  # every matmul weight once (tied or not: the lookup reads only s rows)
+    embed_rows = b * s * 8  # the s embedding rows looked up
+    # KV cache: K and V of one token in one layer = 2 * kv_heads(1) * head_dim(4) * 2 bytes = 16;
+    # read for the c + s keys, written for the s new ones, in 2 layers
+    kv = 2 * 16 * ((c + s) + s)
+    # activations, each distinct tensor once per token and layer:
+    #   attention input (8), q (2*4), k (1*4), v (1*4), attention output (2*4), o_proj output (8),
+    #   MLP input (8), gate (16), up (16), down input (16), down output (8)
+    #   = 4 * 8 + 2 * (2 + 1) * 4 + 3 * 16 = 32 + 24 + 48 = 104 elements
+    activations = 2 * b * s * 104
+    mask = s * (c + s)  # one byte per boolean
+    logits = b * s * 10
+    return weights + embed_rows + kv + activations + mask + logits
+
+
+@pytest.mark.parametrize("s, c", [(1, 0), (1, 64), (16, 64), (7, 1000), (512, 2048)])
+@pytest.mark.parametrize("tied", [False, True])
+def test_flops_and_bytes_by_hand(s, c, tied):
+    shape = ModelShape(**TINY, tied_embeddings=tied)
+    assert shape.layer_params == 576
+    assert shape.head_params == 80
+    assert shape.flops(s, c) == pytest.approx(_hand_flops(s, c), rel=1e-12)
+    assert shape.bytes(s, c) == pytest.approx(_hand_bytes(s, c), rel=1e-12)
+
+
+def test_hand_numbers_spelled_out():
+    shape = ModelShape(**TINY, tied_embeddings=False)
+    # s = 3, c = 5: linear 2*3*1232 = 7392, attention 64*3*8 = 1536
+    assert shape.flops(3, 5) == 7392 + 1536
+    # 2464 + 48 + 32*11 + 416*3 + 3*8 + 60 = 2464 + 48 + 352 + 1248 + 24 + 60
+    assert shape.bytes(3, 5) == 4196
+
+
+def test_tied_embeddings_move_the_same_bytes():
+    """Docstring: tied embeddings are read once as the LM head, the lookup reads only s rows.
+
+    So untied and tied weights cost the same per forward (the untied input table is
+    touched only for the s looked-up rows, which are counted either way).
+    """
+    tied = ModelShape(**TINY, tied_embeddings=True)
+    untied = ModelShape(**TINY, tied_embeddings=False)
+    for s, c in [(1, 0), (32, 512), (300, 7)]:
+        assert tied.bytes(s, c) == untied.bytes(s, c)
+        assert tied.flops(s, c) == untied.flops(s, c)
+
+
+def test_vectorised_evaluation_matches_scalars():
+    shape = ModelShape(**TINY, tied_embeddings=False)
+    s = np.array([1, 16, 100, 512])
+    c = np.array([0, 64, 1024, 2048])
+    np.testing.assert_allclose(shape.flops(s, c), [_hand_flops(a, b) for a, b in zip(s, c)], rtol=1e-12)
+    np.testing.assert_allclose(shape.bytes(s, c), [_hand_bytes(a, b) for a, b in zip(s, c)], rtol=1e-12)
+
+
+QWEN3_8B = ModelShape(num_layers=36, hidden=4096, num_heads=32, num_kv_heads=8, head_dim=128, intermediate=12288,
+                      vocab=151936, tied_embeddings=False, dtype_bytes=2)
+
+
+def test_qwen3_8b_parameter_count():
+    # Qwen3-8B: 8.19 B parameters, of which the input embedding table (not in the roofline's
+    # matmul weights) is 151936 * 4096; norms are negligible.
+    matmul = QWEN3_8B.num_layers * QWEN3_8B.layer_params + QWEN3_8B.head_params
+    assert (matmul + 151936 * 4096) / 8.19e9 == pytest.approx(1.0, abs=0.01)
+    # one decode token streams the weights: ~15.1 GB at bf16
+    assert QWEN3_8B.bytes(1, 0) == pytest.approx(2 * matmul, rel=1e-3)
+
+
+# ---------------------------------------------------------------------------------------
+# from_config
+
+
+def test_from_qwen3_config():
+    cfg = Qwen3Config(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=32, intermediate_size=96,
+                      num_hidden_layers=3, vocab_size=100, tie_word_embeddings=True)
+    shape = ModelShape.from_config(cfg, 2)
+    assert shape == ModelShape(num_layers=3, hidden=64, num_heads=4, num_kv_heads=2, head_dim=32, intermediate=96,
+                               vocab=100, tied_embeddings=True, dtype_bytes=2)
+
+
+def test_from_llama_config_without_head_dim():
+    cfg = LlamaConfig(hidden_size=64, num_attention_heads=8, num_key_value_heads=2, intermediate_size=128,
+                      num_hidden_layers=2, vocab_size=50)
+    shape = ModelShape.from_config(cfg, 4)
+    assert shape.head_dim == 8  # hidden / heads
+    assert (shape.num_heads, shape.num_kv_heads) == (8, 2)  # GQA kept
+    assert shape.tied_embeddings is False and shape.dtype_bytes == 4
+    # GQA shrinks k/v projections: 64*64 (q) + 2*64*16 (k, v) + 64*64 (o) + 3*64*128
+    assert shape.layer_params == 4096 + 2048 + 4096 + 24576
+
+
+def test_from_dict():
+    d = {"model_type": "llama", "hidden_size": 48, "num_attention_heads": 6, "num_hidden_layers": 2,
+         "intermediate_size": 100, "vocab_size": 70}
+    shape = ModelShape.from_config(d, 2)
+    assert (shape.head_dim, shape.num_kv_heads, shape.tied_embeddings) == (8, 6, False)
+    d2 = dict(d, model_type="qwen3", num_key_value_heads=2, head_dim=16, tie_word_embeddings=True)
+    shape2 = ModelShape.from_config(d2, 1)
+    assert (shape2.head_dim, shape2.num_kv_heads, shape2.tied_embeddings, shape2.dtype_bytes) == (16, 2, True, 1)
+
+
+@pytest.mark.parametrize("config", [GPT2Config(), {"model_type": "gpt2", "hidden_size": 8}, {"hidden_size": 8}])
+def test_unsupported_family(config):
+    with pytest.raises(ValueError) as err:
+        ModelShape.from_config(config, 2)
+    msg = str(err.value)
+    assert "qwen3" in msg and "llama" in msg
+    if not isinstance(config, dict) or "model_type" in config:
+        assert "gpt2" in msg
+
+
+# ---------------------------------------------------------------------------------------
+# the fit
+
+PEAKS = HardwarePeaks(flops_per_s=800e12, bytes_per_s=4.2e12)
+S_GRID, C_GRID = (a.ravel().astype(float) for a in np.meshgrid(np.arange(16, 513, 16), 2 ** np.arange(6, 12)))
+
+REGIMES = {
+    # launch/memory-bound almost everywhere; compute wins only for the largest trees
+    "memory_dominated": CostParams(a_c=3.0, b_c=1e-3, a_m=1.2, b_m=20e-3),
+    # the branches cross in the middle of the grid
+    "both_active": CostParams(a_c=1.5, b_c=1e-3, a_m=1.2, b_m=2e-3),
+    # compute-bound for most points
+    "compute_dominated": CostParams(a_c=2.0, b_c=3e-3, a_m=1.1, b_m=1e-3),
+}
+
+
+def _truth(params: CostParams) -> tuple[CostModel, np.ndarray, np.ndarray]:
+    model = CostModel(QWEN3_8B, PEAKS, params)
+    t_comp, t_mem = model.terms(S_GRID, C_GRID)
+    compute = params.a_c * t_comp + params.b_c > params.a_m * t_mem + params.b_m
+    return model, model.predict(S_GRID, C_GRID), compute
+
+
+@pytest.mark.parametrize("regime", sorted(REGIMES))
+def test_fit_recovers_parameters_noise_free(regime):
+    true = REGIMES[regime]
+    _, y, compute = _truth(true)
+    assert 0.05 < compute.mean() < 0.95  # both branches are visible, so all four are identifiable
+    fit = fit_cost_model(QWEN3_8B, PEAKS, S_GRID, C_GRID, y)
+    for name in ("a_c", "b_c", "a_m", "b_m"):
+        assert getattr(fit.params, name) == pytest.approx(getattr(true, name), rel=1e-3), name
+    assert ape(fit, S_GRID, C_GRID, y).max() < 1e-6
+
+
+def test_fit_pure_memory_bound_recovers_the_active_branch():
+    true = CostParams(a_c=0.5, b_c=0.5e-3, a_m=3.0, b_m=25e-3)
+    _, y, compute = _truth(true)
+    assert not compute.any()
+    fit = fit_cost_model(QWEN3_8B, PEAKS, S_GRID, C_GRID, y)
+    assert fit.params.a_m == pytest.approx(3.0, rel=1e-3)
+    assert fit.params.b_m == pytest.approx(25e-3, rel=1e-3)
+    assert ape(fit, S_GRID, C_GRID, y).max() < 1e-6
+
+
+@pytest.mark.parametrize("regime", sorted(REGIMES))
+def test_fit_with_multiplicative_noise(regime):
+    _, y, _ = _truth(REGIMES[regime])
+    rng = np.random.default_rng(2024)
+    noisy = y * (1.0 + 0.03 * rng.standard_normal(y.shape))
+    fit = fit_cost_model(QWEN3_8B, PEAKS, S_GRID, C_GRID, noisy)
+    assert ape(fit, S_GRID, C_GRID, noisy).mean() < 0.03
+    assert ape(fit, S_GRID, C_GRID, y).mean() < 0.01  # much closer to the truth than the noise
+
+
+def test_fit_clamps_to_non_negative():
+    # latencies that fall with the tree size (slopes want to be negative) ...
+    y_down = 0.05 - 2e-5 * S_GRID
+    fit = fit_cost_model(QWEN3_8B, PEAKS, S_GRID, C_GRID, y_down)
+    p = fit.params
+    assert min(p.a_c, p.b_c, p.a_m, p.b_m) >= 0.0
+    assert np.all(np.diff(fit.predict(np.arange(1, 600), 512.0)) >= 0)
+    # ... and steep lines through the roofline terms with a negative intercept
+    t_comp, t_mem = CostModel(QWEN3_8B, PEAKS, CostParams(1, 0, 1, 0)).terms(S_GRID, C_GRID)
+    y_neg = np.maximum(5.0 * t_comp - 0.9 * t_comp.min(), 5.0 * t_mem - 0.9 * 5 * t_mem.min())
+    assert np.all(y_neg > 0)
+    p2 = fit_cost_model(QWEN3_8B, PEAKS, S_GRID, C_GRID, y_neg).params
+    assert min(p2.a_c, p2.b_c, p2.a_m, p2.b_m) >= 0.0
+    # the low-level fitter directly, with data wanting a negative intercept on both branches
+    x = np.linspace(1.0, 2.0, 20)
+    p3 = fit_params(x, x, 3.0 * x - 2.5, np.ones_like(x))
+    assert min(p3.a_c, p3.b_c, p3.a_m, p3.b_m) >= 0.0
+
+
+def test_fit_input_validation():
+    with pytest.raises(ValueError):
+        fit_cost_model(QWEN3_8B, PEAKS, [16, 32, 48], [64, 64, 64], [1e-3, 1e-3, 1e-3])
+    with pytest.raises(ValueError):
+        fit_cost_model(QWEN3_8B, PEAKS, [16, 32, 48, 64], [64] * 4, [1e-3, 0.0, 1e-3, 1e-3])
+
+
+@pytest.mark.parametrize("bad", [-1e-9, -1.0, float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("field", ["a_c", "b_c", "a_m", "b_m"])
+def test_cost_params_reject_negative_and_nan(bad, field):
+    kwargs = dict(a_c=1.0, b_c=0.0, a_m=1.0, b_m=0.0)
+    kwargs[field] = bad
+    with pytest.raises(ValueError, match=field):
+        CostParams(**kwargs)
+
+
+# ---------------------------------------------------------------------------------------
+# monotonicity and the curve
+
+params_st = st.builds(
+    CostParams,
+    a_c=st.floats(0.0, 10.0),
+    b_c=st.floats(0.0, 0.1),
+    a_m=st.floats(0.0, 10.0),
+    b_m=st.floats(0.0, 0.1),
+)
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(params_st, st.sampled_from([0, 1, 64, 777, 4096]))
+def test_prediction_non_decreasing_in_s(params, c):
+    model = CostModel(QWEN3_8B, PEAKS, params)
+    pred = model.predict(np.arange(1, 700), c)
+    assert np.all(np.diff(pred) >= 0)
+    assert np.all(pred >= 0)
+    # and non-decreasing in the context length
+    assert np.all(model.predict(64, np.array([0, 1, 100, 5000])) == np.maximum.accumulate(
+        model.predict(64, np.array([0, 1, 100, 5000]))))
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(params_st, st.integers(1, 300), st.lists(st.integers(0, 8192), min_size=1, max_size=3))
+def test_curve_equals_predict(params, n_max, contexts):
+    model = CostModel(QWEN3_8B, PEAKS, params)
+    for c in contexts:  # repeated calls reuse the cached, c-independent parts
+        cur = model.curve(c, n_max)
+        assert cur.shape == (n_max + 2,)
+        assert str(cur.dtype) == "torch.float32"
+        assert float(cur[0]) == 0.0
+        expected = model.predict(np.arange(n_max + 2), c)
+        np.testing.assert_allclose(cur.numpy()[1:], expected[1:], rtol=2e-6, atol=1e-12)
+        assert np.all(np.diff(cur.numpy()) >= 0)
+
+
+def test_to_dict_round_trip():
+    model = CostModel(QWEN3_8B, PEAKS, CostParams(1.25, 3e-3, 0.75, 1e-2))
+    data = json.loads(json.dumps(model.to_dict()))
+    back = CostModel.from_dict(data)
+    assert back.shape == model.shape and back.peaks == model.peaks and back.params == model.params
+    np.testing.assert_array_equal(back.predict(S_GRID, C_GRID), model.predict(S_GRID, C_GRID))
+    assert back.to_dict() == model.to_dict()
+    assert math.isfinite(back.predict(1, 0))

@@ -1,0 +1,431 @@
+"""Draft-tree construction, compiled tree buffers and lossless acceptance.
+
+The vectorised builder (``build_tree``) is checked against the literal best-first heap
+(``build_tree_heap``) and against brute-force definitions written here: top-n of all
+paths, the adaptive stopping rule of the tree.py docstring, the ancestor matrix walked
+parent by parent, and a plain Python acceptance walk.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.stats import chisquare
+
+from bastion.accept import accept, propose
+from bastion.tree import Tree, TreePolicy, ancestor_matrix, build_tree, build_tree_heap, chain_tree, root_tree
+
+FAST = settings(max_examples=150, deadline=None, derandomize=True)
+
+
+# ---------------------------------------------------------------------------------------
+# generators
+
+
+def _draft_logprobs(seed: int, d: int, v: int, scale: float) -> torch.Tensor:
+    """Continuous random log-probabilities [D, V] (no ties with probability one)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.log_softmax(torch.randn(d, v, generator=g, dtype=torch.float32) * scale, dim=-1)
+
+
+def _cost_curve(seed: int, n_max: int) -> tuple[torch.Tensor, float]:
+    """A random non-decreasing C(n) for n = 0..n_max+1 (float32, like CostModel.curve) and T_fixed."""
+    rng = np.random.default_rng(seed)
+    intercept = 10 ** rng.uniform(-3, 0)
+    step = 10 ** rng.uniform(-5, -1)
+    incr = rng.exponential(step, n_max + 1) * (rng.random(n_max + 1) < rng.uniform(0.2, 1.0))
+    curve = np.concatenate([[0.0], intercept + np.cumsum(incr)])
+    fixed = 0.0 if rng.random() < 0.2 else float(10 ** rng.uniform(-3, 0))
+    return torch.tensor(curve, dtype=torch.float32), fixed
+
+
+@st.composite
+def cases(draw, max_d: int = 7, max_v: int = 40, force_full_topk: bool = False, adaptive=None, bucket=None):
+    seed = draw(st.integers(0, 2**31 - 1))
+    d = draw(st.integers(1, max_d))
+    v = draw(st.integers(2, max_v))
+    scale = draw(st.floats(0.3, 4.0))
+    topk = v if force_full_topk else draw(st.integers(1, min(v, 128)))
+    is_adaptive = draw(st.booleans()) if adaptive is None else adaptive
+    use_bucket = draw(st.booleans()) if bucket is None else bucket
+    curve, fixed = None, 0.0
+    if is_adaptive:
+        n_min = draw(st.integers(1, 16))
+        n_max = draw(st.integers(n_min, 120))
+        policy = TreePolicy(n_min=n_min, n_max=n_max, topk=topk, bucket=use_bucket)
+        curve, fixed = _cost_curve(seed + 1, n_max)
+        limit = n_max
+    else:
+        budget = draw(st.integers(1, 80))
+        policy = TreePolicy(topk=topk, bucket=use_bucket, budget=budget)
+        limit = budget
+    hint = draw(st.none() | st.integers(1, limit))
+    root = draw(st.integers(0, v - 1))
+    return dict(logq=_draft_logprobs(seed, d, v, scale), policy=policy, curve=curve, fixed=fixed, hint=hint, root=root)
+
+
+def _build(case, hint=None) -> Tree:
+    return build_tree(torch.tensor(case["root"]), case["logq"], case["policy"], case["curve"], case["fixed"],
+                      search_hint=hint)
+
+
+# ---------------------------------------------------------------------------------------
+# brute-force helpers
+
+
+def _path_logprob(tree: Tree, logq: torch.Tensor, i: int) -> float:
+    """log-probability of node i's root path, from the draft marginals (float64)."""
+    parents, tokens = tree.parents.tolist(), tree.tokens.tolist()
+    lp, d = 0.0, tree.depths[i].item()
+    while i != 0:
+        lp += float(logq[d - 1, tokens[i]].double())
+        i, d = parents[i], d - 1
+    return lp
+
+
+def _path_probs(tree: Tree, logq: torch.Tensor) -> list[float]:
+    return [math.exp(_path_logprob(tree, logq, i)) for i in range(1, tree.size)]
+
+
+def _expected_ancestors(parents: list[int]) -> torch.Tensor:
+    n = len(parents)
+    anc = torch.zeros(n, n, dtype=torch.bool)
+    for i in range(n):
+        j = i
+        while j != -1:
+            anc[i, j] = True
+            j = parents[j]
+    return anc
+
+
+def _num_paths(d: int, k: int) -> int:
+    return sum(k**e for e in range(1, d + 1))
+
+
+def _best_excluded(tree: Tree, logq: torch.Tensor, k: int) -> float | None:
+    """Probability of the most probable path (top-k tokens per depth) that is not in the tree."""
+    d_max = logq.shape[0]
+    ranked = logq.topk(k, dim=-1).indices.tolist()  # [D, k]
+    children: dict[int, set[int]] = {}
+    for i in range(1, tree.size):
+        children.setdefault(tree.parents[i].item(), set()).add(tree.tokens[i].item())
+    best = None
+    for u in range(tree.size):
+        d = tree.depths[u].item()
+        if d >= d_max:
+            continue
+        free = [t for t in ranked[d] if t not in children.get(u, set())]
+        if free:
+            p = math.exp((_path_logprob(tree, logq, u) if u else 0.0) + float(logq[d, free[0]].double()))
+            best = p if best is None else max(best, p)
+    return best
+
+
+def _rule(n: int, p: float, big_p: float, curve: list[float], fixed: float, n_min: int) -> tuple[bool, float, float]:
+    """(n < n_min, lhs, rhs) of the tree.py rule for a candidate p joining a tree of n nodes."""
+    return n < n_min, p * (fixed + curve[n]), big_p * (curve[n + 1] - curve[n])
+
+
+# ---------------------------------------------------------------------------------------
+# build_tree == build_tree_heap, and the structural invariants
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(cases())
+def test_vectorised_equals_heap(case):
+    tokens, parents = build_tree_heap(case["root"], case["logq"], case["policy"], case["curve"], case["fixed"])
+    plain = _build(case)
+    hinted = _build(case, case["hint"])
+    assert plain.tokens.tolist() == tokens
+    assert plain.parents.tolist() == parents
+    assert hinted.tokens.tolist() == tokens
+    assert hinted.parents.tolist() == parents
+
+
+@FAST
+@given(cases())
+def test_tree_invariants(case):
+    tree = _build(case, case["hint"])
+    logq, policy = case["logq"], case["policy"]
+    d_max, v = logq.shape
+    n = tree.size
+    tokens, parents, depths = tree.tokens.tolist(), tree.parents.tolist(), tree.depths.tolist()
+    assert len(tokens) == len(parents) == len(depths) == n >= 1
+    assert tree.tokens.dtype == tree.parents.dtype == tree.depths.dtype == torch.long
+    # root
+    assert tokens[0] == case["root"] and parents[0] == -1 and depths[0] == 0
+    # parents first, depth chain, depth bound
+    for i in range(1, n):
+        assert 0 <= parents[i] < i
+        assert depths[i] == depths[parents[i]] + 1
+        assert 1 <= depths[i] <= d_max
+    # siblings carry distinct tokens, all drawn from the top-k of their depth
+    k = min(policy.topk, v)
+    top = logq.topk(k, dim=-1).indices.tolist()
+    seen = set()
+    for i in range(1, n):
+        assert (parents[i], tokens[i]) not in seen
+        seen.add((parents[i], tokens[i]))
+        assert tokens[i] in top[depths[i] - 1]
+    # ancestor matrix: exactly the root path, lower triangular in node order
+    expected = _expected_ancestors(parents)
+    assert tree.ancestors.dtype == torch.bool and tree.ancestors.shape == (n, n)
+    assert torch.equal(tree.ancestors, expected)
+    assert torch.equal(tree.ancestors, tree.ancestors.tril())
+    assert bool(tree.ancestors.diagonal().all())
+    # best-first order: path probabilities never increase along the node order
+    probs = _path_probs(tree, logq)
+    assert all(a >= b * (1 - 1e-5) for a, b in zip(probs, probs[1:]))
+    # size rules
+    if policy.budget is not None:
+        kk = min(policy.topk, v, max(policy.budget - 1, 1))
+        assert n == min(policy.budget, 1 + _num_paths(d_max, kk))
+    else:
+        total = 1 + _num_paths(d_max, k)
+        assert n <= policy.n_max
+        assert n >= min(policy.n_min, total)  # the rule always admits candidates while n < n_min
+        if policy.bucket:
+            if total < policy.n_min:
+                assert n == total
+            else:
+                assert n % policy.n_min == 0
+
+
+@settings(max_examples=120, deadline=None, derandomize=True)
+@given(cases(max_d=3, max_v=6, force_full_topk=True))
+def test_kept_nodes_are_the_top_paths(case):
+    """Brute force: the kept non-root nodes are the n-1 most probable of ALL paths."""
+    tree = _build(case, case["hint"])
+    logq = case["logq"].double()
+    d_max, v = logq.shape
+    all_paths = []
+    for d in range(1, d_max + 1):
+        for toks in itertools.product(range(v), repeat=d):
+            all_paths.append(math.exp(sum(float(logq[j, t]) for j, t in enumerate(toks))))
+    all_paths.sort(reverse=True)
+    kept = sorted(_path_probs(tree, case["logq"]), reverse=True)
+    assert len(kept) == tree.size - 1 <= len(all_paths)
+    np.testing.assert_allclose(kept, all_paths[: len(kept)], rtol=1e-5)
+    # and nothing excluded beats anything kept
+    if kept and len(kept) < len(all_paths):
+        assert all_paths[len(kept)] <= kept[-1] * (1 + 1e-5)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(cases(adaptive=True, bucket=False))
+def test_adaptive_rule_holds_then_fails(case):
+    """Unbucketed adaptive size n: the rule admitted every node and rejects the next candidate."""
+    tree = _build(case, case["hint"])
+    policy, logq, fixed = case["policy"], case["logq"], case["fixed"]
+    curve = case["curve"].double().tolist()
+    n = tree.size
+    probs = _path_probs(tree, logq)  # p of node 1..n-1, in join order
+    tol = 1e-4
+    big_p = 1.0
+    for j, p in enumerate(probs, start=1):  # node j joined a tree of j nodes
+        small, lhs, rhs = _rule(j, p, big_p, curve, fixed, policy.n_min)
+        assert small or lhs > rhs - tol * max(lhs, rhs), (j, p, big_p)
+        big_p += p
+    assert n <= policy.n_max
+    if n < policy.n_max:
+        k = min(policy.topk, logq.shape[1])
+        nxt = _best_excluded(tree, logq, k)
+        if nxt is not None:  # a candidate n+1 exists, so the rule must have rejected it
+            small, lhs, rhs = _rule(n, nxt, big_p, curve, fixed, policy.n_min)
+            assert not small, "growth stopped below n_min although candidates remain"
+            assert lhs <= rhs + tol * max(lhs, rhs), (n, nxt, big_p)
+        else:
+            assert n - 1 == _num_paths(logq.shape[0], k)
+
+
+def test_bucketing_rounds_adaptive_size_down():
+    logq = _draft_logprobs(7, 5, 20, 1.0)
+    curve = 1.0 + 1e-12 * torch.arange(52, dtype=torch.float64)  # nearly flat: every candidate helps
+    curve[0] = 0.0
+    free = build_tree(torch.tensor(0), logq, TreePolicy(n_min=8, n_max=50, bucket=False), curve, 0.01)
+    bucketed = build_tree(torch.tensor(0), logq, TreePolicy(n_min=8, n_max=50, bucket=True), curve, 0.01)
+    assert free.size == 50
+    assert bucketed.size == 48
+    assert bucketed.tokens.tolist() == free.tokens.tolist()[:48]
+    assert bucketed.parents.tolist() == free.parents.tolist()[:48]
+
+
+def test_adaptive_tree_needs_a_cost_curve():
+    with pytest.raises(ValueError, match="cost curve"):
+        build_tree(torch.tensor(0), _draft_logprobs(0, 3, 5, 1.0), TreePolicy())
+
+
+@pytest.mark.parametrize(
+    "kwargs", [dict(n_min=0), dict(n_min=5, n_max=4), dict(topk=0), dict(topk=129), dict(budget=0)]
+)
+def test_policy_rejects_bad_values(kwargs):
+    with pytest.raises(ValueError):
+        TreePolicy(**kwargs)
+
+
+# ---------------------------------------------------------------------------------------
+# hand-made trees
+
+
+def test_chain_tree_and_positions():
+    tree = chain_tree(torch.tensor(5), torch.tensor([1, 2, 3]))
+    assert tree.tokens.tolist() == [5, 1, 2, 3]
+    assert tree.parents.tolist() == [-1, 0, 1, 2]
+    assert tree.depths.tolist() == [0, 1, 2, 3]
+    assert torch.equal(tree.ancestors, torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]]).bool())
+    assert (10 + tree.depths).tolist() == [10, 11, 12, 13]  # verification positions: context length + depth
+    # the chain equals the general compilation of the same parent vector
+    depths, anc = ancestor_matrix(tree.parents, 3)
+    assert torch.equal(depths, tree.depths) and torch.equal(anc, tree.ancestors)
+
+
+def test_root_tree():
+    tree = root_tree(torch.tensor(42))
+    assert tree.size == 1
+    assert tree.tokens.tolist() == [42] and tree.parents.tolist() == [-1] and tree.depths.tolist() == [0]
+    assert tree.ancestors.tolist() == [[True]]
+    assert tree.tokens.dtype == torch.long
+
+
+# node: 0    1    2    3    4    5    6    7
+# tok:  5    3    7    4    9    2    8    1
+# par: -1    0    0    1    1    3    2    6
+#                root(5)
+#              /        \
+#           1(3)        2(7)
+#          /    \          \
+#       3(4)    4(9)      6(8)
+#        |                  |
+#       5(2)               7(1)
+HAND_TOKENS = [5, 3, 7, 4, 9, 2, 8, 1]
+HAND_PARENTS = [-1, 0, 0, 1, 1, 3, 2, 6]
+HAND_DEPTHS = [0, 1, 1, 2, 2, 3, 2, 3]
+
+
+def _hand_tree() -> Tree:
+    return Tree.from_parents(torch.tensor(HAND_TOKENS), torch.tensor(HAND_PARENTS), max_depth=3)
+
+
+def test_ancestor_matrix_hand_made():
+    tree = _hand_tree()
+    assert tree.depths.tolist() == HAND_DEPTHS
+    rows = {i: set(torch.nonzero(tree.ancestors[i]).flatten().tolist()) for i in range(8)}
+    assert rows == {0: {0}, 1: {0, 1}, 2: {0, 2}, 3: {0, 1, 3}, 4: {0, 1, 4}, 5: {0, 1, 3, 5}, 6: {0, 2, 6},
+                    7: {0, 2, 6, 7}}
+    assert (100 + tree.depths).tolist() == [100, 101, 101, 102, 102, 103, 102, 103]
+    # a larger max_depth than needed changes nothing
+    d2, a2 = ancestor_matrix(tree.parents, 6)
+    assert torch.equal(d2, tree.depths) and torch.equal(a2, tree.ancestors)
+
+
+def test_ancestor_matrix_children_before_parents():
+    # node 1 is the child of node 3, which is the child of node 2 (order not parent-first)
+    parents = torch.tensor([-1, 3, 0, 2])
+    depths, anc = ancestor_matrix(parents, 3)
+    assert depths.tolist() == [0, 3, 1, 2]
+    assert torch.equal(anc, _expected_ancestors(parents.tolist()))
+
+
+def _props(assign: dict[int, int], fill: int = 19) -> torch.Tensor:
+    """Proposals per node; unassigned nodes propose a token that no child carries."""
+    p = torch.full((8,), fill, dtype=torch.long)
+    for i, t in assign.items():
+        p[i] = t
+    return p
+
+
+@pytest.mark.parametrize(
+    "assign, count, path, bonus",
+    [
+        # depth-3 path 0 -> 1 -> 3 -> 5; the bonus is the proposal at node 5
+        ({0: 3, 1: 4, 3: 2, 5: 11}, 3, [0, 1, 3, 5], 11),
+        # mismatch at depth 1: nothing accepted, although deeper nodes would match their parents
+        ({0: 12, 1: 4, 3: 2, 2: 8}, 0, [0], 12),
+        # the second child of the root, then down that branch
+        ({0: 7, 2: 8, 6: 1, 7: 15, 1: 4}, 3, [0, 2, 6, 7], 15),
+        # the second child at depth 2
+        ({0: 3, 1: 9, 4: 6, 3: 2}, 2, [0, 1, 4], 6),
+        # stop in the middle of a path
+        ({0: 3, 1: 4, 3: 13}, 2, [0, 1, 3], 13),
+    ],
+)
+def test_accept_hand_made(assign, count, path, bonus):
+    tree = _hand_tree()
+    proposals = _props(assign)
+    order, got = accept(tree, proposals)
+    c = int(got)
+    assert c == count
+    assert order[: c + 1].tolist() == path
+    assert int(proposals[order[c]]) == bonus
+    assert sorted(order.tolist()) == list(range(8))  # a permutation of the nodes
+    assert [tree.depths[i].item() for i in order[: c + 1]] == list(range(c + 1))
+
+
+def _walk(tree: Tree, proposals: list[int]) -> list[int]:
+    """Plain acceptance walk: follow the child carrying the proposal until none does."""
+    path, node = [0], 0
+    while True:
+        nxt = [j for j in range(tree.size) if tree.parents[j].item() == node and tree.tokens[j].item() == proposals[node]]
+        if not nxt:
+            return path
+        node = nxt[0]
+        path.append(node)
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(cases(max_v=8), st.integers(0, 2**31 - 1), st.floats(0.0, 1.0))
+def test_accept_matches_walk_on_built_trees(case, seed, follow):
+    """Random proposals that often follow some child: vectorised accept == the plain walk."""
+    tree = _build(case)
+    rng = np.random.default_rng(seed)
+    v = case["logq"].shape[1]
+    kids = {i: [tree.tokens[j].item() for j in range(tree.size) if tree.parents[j].item() == i] for i in range(tree.size)}
+    proposals = []
+    for i in range(tree.size):
+        if kids[i] and rng.random() < follow:
+            proposals.append(int(rng.choice(kids[i])))
+        else:
+            proposals.append(int(rng.integers(0, v)))
+    order, count = accept(tree, torch.tensor(proposals))
+    path = _walk(tree, proposals)
+    assert int(count) == len(path) - 1
+    assert order[: len(path)].tolist() == path
+
+
+# ---------------------------------------------------------------------------------------
+# proposals
+
+
+@pytest.mark.parametrize("temperature", [0.5, 1.0, 2.0])
+def test_propose_samples_softmax(temperature):
+    g = torch.Generator().manual_seed(1234)
+    row = torch.randn(8, generator=g) * 1.5
+    rows = 20000
+    out = propose(row.expand(rows, -1).contiguous(), temperature, torch.Generator().manual_seed(99))
+    assert out.shape == (rows,) and out.dtype == torch.long
+    counts = torch.bincount(out, minlength=8).double().numpy()
+    expected = torch.softmax(row.double() / temperature, dim=-1).numpy() * rows
+    assert chisquare(counts, expected).pvalue > 1e-4
+    # the temperature matters: the T=1 distribution is rejected unless T == 1
+    if temperature != 1.0:
+        other = torch.softmax(row.double(), dim=-1).numpy() * rows
+        assert chisquare(counts, other).pvalue < 1e-4
+
+
+def test_propose_rows_are_independent_samples():
+    """Each row is its own draw: a uniform row gives distinct tokens across many rows."""
+    out = propose(torch.zeros(4000, 4), 1.0, torch.Generator().manual_seed(3))
+    counts = torch.bincount(out, minlength=4).double().numpy()
+    assert chisquare(counts).pvalue > 1e-4
+
+
+def test_propose_greedy_is_argmax():
+    logits = torch.randn(50, 30, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(propose(logits, 0.0), logits.argmax(dim=-1))
+    assert torch.equal(propose(logits, 0.0, torch.Generator().manual_seed(1)), logits.argmax(dim=-1))
