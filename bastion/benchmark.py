@@ -54,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=int, default=None, help="BASTION: fixed tree size instead of the adaptive rule")
     p.add_argument("--calib-grid", default="auto", help="latency grid: paper, small or tiny (auto: paper on GPU, small on CPU)")
     p.add_argument("--recalibrate", action="store_true", help="ignore and replace an existing calibration")
+    p.add_argument("--calibration", default=None, help="use this calibration file (made by the pipeline) instead of --cache-dir")
+    p.add_argument("--hardware", default="auto", help="hardware key recorded with the results (auto: detected)")
+    p.add_argument("--model-name", default=None, help="name recorded with the results (default: --model)")
+    p.add_argument("--dataset-name", default=None, help="dataset name recorded with the results (default: from --dataset)")
     p.add_argument("--step-times", action="store_true", help="record per-step phase times (adds device syncs)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (per prompt and turn)")
     p.add_argument("--data-seed", type=int, default=datasets.DEFAULT_SEED, help="seed of the --max-samples subset")
@@ -114,6 +118,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         raise UsageError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     shard_i, shard_n = _parse_shard(args.shard)
     target_ref, drafter_ref, model_name = models.resolve(args.model, args.draft_model)
+    model_name = args.model_name or model_name
     models.check_thinking(args.enable_thinking, target_ref)
     need_drafter = any(m != "ar" for m in methods)
     if need_drafter and drafter_ref is None:
@@ -132,9 +137,11 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     device = _device(args.device, local_rank, world)
     dtype = _dtype(args.dtype, device)
     fp_now = fingerprint.collect(device, dtype, args.attn_impl)
-    hw_key = fingerprint.hardware_key(fp_now)
-    cal_path = calibration_path(args.cache_dir, hw_key, model_name)
+    hw_key = fingerprint.hardware_key(fp_now) if args.hardware == "auto" else args.hardware
+    cal_path = Path(args.calibration) if args.calibration else calibration_path(args.cache_dir, hw_key, model_name)
     adaptive = "bastion" in methods and args.budget is None
+    if adaptive and args.calibration and not cal_path.exists():
+        raise UsageError(f"--calibration {cal_path} does not exist; omit it to calibrate into --cache-dir")
     if adaptive and rank == 0 and not args.recalibrate:
         if cal_path.exists():
             Calibration.load(cal_path, current=fp_now)  # a stale calibration fails here, before loading weights
@@ -174,7 +181,8 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     base = {
         "run_key": key, "model": model_name, "target": target_ref, "draft_model": drafter_ref if need_drafter else None,
         "dataset_arg": args.dataset, "rank": rank, "world_size": world, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens,
-        "block_size": settings["block_size"], "hardware": hw_key, "fingerprint": fp_now,
+        "block_size": settings["block_size"], "hardware": hw_key, "fingerprint": fp_now, "budget": args.budget,
+        "n_min": policy.n_min, "n_max": policy.n_max,
         "calibration": None if cal is None else {"params": cal.cost_model.to_dict()["params"], "t_draft": cal.overheads.t_draft, "t_other": cal.overheads.t_other},
     }
     mine = [i for i in range(len(prompts)) if i % shard_n == shard_i and (i // shard_n) % world == rank]
@@ -225,14 +233,15 @@ def _decode_prompt(idx, prompt, decoders, methods, builder, stops, args, base) -
             gen.manual_seed((args.seed * 1_000_003 + idx * 1_009 + turn) % (1 << 62))
             res = decoders[m].generate(ids, args.max_new_tokens, args.temperature, stops, gen, collect_stats=args.step_times)
             answers[m] = res.output_ids
-            out.append(records.make_record(res, prompt_index=idx, turn=turn, method=m, base={**base, "dataset": prompt.get("dataset")}))
+            dataset = args.dataset_name or prompt.get("dataset")
+            out.append(records.make_record(res, prompt_index=idx, turn=turn, method=m, base={**base, "dataset": dataset}))
         history.append((text, builder.decode(answers[methods[0]])))
     return out
 
 
 def _calibration(args, target, drafter, policy, builder, prompts, model_name, fp_now, path, device, rank, world, log) -> Calibration:
     hw_key = fingerprint.hardware_key(fp_now)
-    if rank == 0 and (args.recalibrate or not path.exists()):
+    if rank == 0 and not args.calibration and (args.recalibrate or not path.exists()):
         check_writable(args.cache_dir, path)
         grid_name = args.calib_grid if args.calib_grid != "auto" else ("paper" if device.type == "cuda" else "small")
         grid = Grid.named(grid_name)

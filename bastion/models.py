@@ -163,3 +163,25 @@ def check_pair(target: Target, drafter: DFlashDraftModel, target_name: str, draf
         raise DrafterMismatchError(
             f"drafter {drafter_name!r} does not fit target {target_name!r}: " + "; ".join(problems)
         )
+
+
+def fetch(ref: str, kind: str) -> str:
+    """A local folder holding ``ref`` (registry key, folder or repo id), downloading if needed.
+
+    The pipeline resolves every model once, on a machine with hub access, so decode jobs
+    (possibly on compute nodes without network) only read local files.
+    """
+    if ref in PAIRS:
+        ref = PAIRS[ref].target if kind == "target" else PAIRS[ref].drafter
+    ref = _materialise(ref)
+    if _is_local(ref):
+        return str(Path(ref).expanduser().resolve())
+    gated = any(p.gated and p.target == ref for p in PAIRS.values())
+    try:
+        from huggingface_hub import snapshot_download
+
+        hub.probe(ref)
+        patterns = ["*.json", "*.safetensors", "*.txt", "*.model", "tokenizer*"]
+        return snapshot_download(repo_id=ref, allow_patterns=patterns, local_files_only=hub.offline())
+    except Exception as exc:  # noqa: BLE001
+        raise _unavailable(kind, ref, exc, gated) from exc

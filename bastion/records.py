@@ -125,6 +125,24 @@ def finalise(output: str | os.PathLike, records: list[dict[str, Any]]) -> None:
     partial_path(out).unlink(missing_ok=True)
 
 
+def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def merge(inputs: Sequence[str | os.PathLike], output: str | os.PathLike) -> int:
+    """Join shard files; a (prompt, turn, method) found twice must be the same record."""
+    seen: dict[tuple[int, int, str], dict[str, Any]] = {}
+    for path in inputs:
+        for r in read_records(path):
+            key = (r["prompt_index"], r["turn"], r["method"])
+            if key in seen and seen[key]["output_ids"] != r["output_ids"]:
+                raise ValueError(f"prompt {key} appears in two shards with different outputs ({path})")
+            seen[key] = r
+    finalise(output, list(seen.values()))
+    return len(seen)
+
+
 def summarise(records: Sequence[dict[str, Any]], methods: Sequence[str]) -> list[dict[str, Any]]:
     """Per-method throughput, speedup over AR and mean acceptance (tau).
 
