@@ -1,0 +1,112 @@
+"""Aggregation of decode records into per-prompt, per-step and per-cell tables.
+
+A cell is (hardware, model, dataset, temperature, method); ``method`` is ``ar``,
+``dflash``, ``bastion`` (adaptive) or ``bastion-b<N>`` (fixed budget N).  Speedup is
+the AR time per output token over the method's, over the decode phase, within the same
+(hardware, model, dataset, temperature); tau is tokens committed per target forward,
+pooled over all steps of the cell.  Every row carries the fingerprint it was made with.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from .records import read_records
+
+FP_FIELDS = ("device_name", "driver", "cuda", "torch", "transformers", "dtype", "attn_impl", "engine", "bastion",
+             "cuda_visible_devices", "host")
+CELL_KEYS = ("hardware", "model", "dataset", "temperature", "method")
+
+
+def method_label(rec: dict[str, Any]) -> str:
+    return f"bastion-b{rec['budget']}" if rec["method"] == "bastion" and rec.get("budget") else rec["method"]
+
+
+def _fp(rec: dict[str, Any]) -> dict[str, Any]:
+    fp = rec.get("fingerprint", {})
+    return {f"fp_{k}": fp.get(k, "") for k in FP_FIELDS}
+
+
+def per_prompt_rows(recs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for r in recs:
+        acc = r["acceptance_lengths"]
+        rows.append({
+            "hardware": r["hardware"], "model": r["model"], "dataset": r.get("dataset") or r.get("dataset_arg"),
+            "temperature": float(r["temperature"]), "method": method_label(r), "budget": r.get("budget") or "",
+            "prompt_index": r["prompt_index"], "turn": r["turn"], "num_prompt_tokens": r["num_prompt_tokens"],
+            "num_output_tokens": r["num_output_tokens"], "decode_seconds": r["decode_seconds"],
+            "prefill_seconds": r["prefill_seconds"],
+            "tpot_s": r["decode_seconds"] / r["num_output_tokens"] if r["num_output_tokens"] else float("nan"),
+            "num_steps": len(acc), "committed": int(sum(acc)), "tau": float(np.mean(acc)) if acc else float("nan"),
+            "mean_tree_size": float(np.mean(r["tree_sizes"])) if r["tree_sizes"] else float("nan"),
+            "stop_reason": r["stop_reason"], **_fp(r),
+        })
+    return rows
+
+
+def step_rows(recs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for r in recs:
+        base = {"hardware": r["hardware"], "model": r["model"], "dataset": r.get("dataset") or r.get("dataset_arg"),
+                "temperature": float(r["temperature"]), "method": method_label(r), "prompt_index": r["prompt_index"],
+                "turn": r["turn"]}
+        for i, (a, n, c) in enumerate(zip(r["acceptance_lengths"], r["tree_sizes"], r["contexts"])):
+            rows.append({**base, "step": i, "committed": a, "tree_size": n, "context": c})
+    return rows
+
+
+def cell_rows(prompt_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for r in prompt_rows:
+        groups[tuple(r[k] for k in CELL_KEYS)].append(r)
+    cells = []
+    for key, rs in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        timed = [r for r in rs if r["num_output_tokens"] > 1]
+        steps = sum(r["num_steps"] for r in rs)
+        cell = dict(zip(CELL_KEYS, key))
+        cell.update({
+            "budget": rs[0]["budget"], "responses": len(rs), "tokens": int(sum(r["num_output_tokens"] for r in rs)),
+            "decode_seconds": float(sum(r["decode_seconds"] for r in rs)),
+            "tpot_s": float(np.mean([r["tpot_s"] for r in timed])) if timed else float("nan"),
+            "tau": sum(r["committed"] for r in rs) / steps if steps else float("nan"),
+            "mean_tree_size": float(np.average([r["mean_tree_size"] for r in rs], weights=[max(r["num_steps"], 1) for r in rs])),
+        })
+        cell["tok_per_s"] = 1.0 / cell["tpot_s"] if cell["tpot_s"] > 0 else float("nan")
+        for f in FP_FIELDS:
+            cell[f"fp_{f}"] = "|".join(sorted({str(r[f"fp_{f}"]) for r in rs}))
+        cells.append(cell)
+    ar = {tuple(c[k] for k in CELL_KEYS[:4]): c["tpot_s"] for c in cells if c["method"] == "ar"}
+    for c in cells:
+        base = ar.get(tuple(c[k] for k in CELL_KEYS[:4]))
+        c["speedup"] = base / c["tpot_s"] if base and c["tpot_s"] > 0 else float("nan")
+    return cells
+
+
+def write_csv(rows: Sequence[dict[str, Any]], path: str | os.PathLike) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    fields = list(rows[0]) if rows else []
+    with open(tmp, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, path)
+
+
+def aggregate(decode_files: Sequence[str | os.PathLike], per_prompt: str, cells: str, steps: str) -> int:
+    recs = [r for path in decode_files for r in read_records(path)]
+    if not recs:
+        raise ValueError("no decode records to aggregate")
+    prompts = per_prompt_rows(recs)
+    write_csv(prompts, per_prompt)
+    write_csv(cell_rows(prompts), cells)
+    write_csv(step_rows(recs), steps)
+    return len(recs)

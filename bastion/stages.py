@@ -1,0 +1,108 @@
+"""The pipeline's calibration stages as library calls, one per Snakemake rule.
+
+Calibration is split into three jobs per (hardware, model) so each result is cached and
+inspectable on its own: the device's ceilings and fingerprint, the latency grid with the
+fitted cost model, and the step overheads that complete a :class:`Calibration` file in
+the same format the CLI writes.  Each stage re-checks that it runs on the device and
+software stack of the stage before it.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import fingerprint, hardware, models
+from .calibrate import Calibration, CalibrationError, Grid, fit_probe, measure_peaks, probe_grid, profile_overheads, write_json_atomic
+from .cost_model import HardwarePeaks, ModelShape
+from .decoding import Decoder
+from .tree import TreePolicy
+
+
+def resolve_device(arg: str) -> torch.device:
+    if arg == "auto":
+        arg = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(arg)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise CalibrationError("device 'cuda' requested but no CUDA device is visible (CUDA_VISIBLE_DEVICES?)")
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
+def resolve_dtype(arg: str, device: torch.device) -> torch.dtype:
+    if arg == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, arg)
+
+
+def read_json(path: str | Path) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def _same_stack(before: dict[str, Any], now: dict[str, Any], where: str) -> None:
+    fingerprint.check(before, now, where, "Rerun the calibration rules on one device type (delete the results/{hardware}/{model} calibration files).")
+
+
+def measure_hardware(out: str, hardware_key: str, pattern: str | None, device: str, dtype: str, attn_impl: str, engine: str) -> dict[str, Any]:
+    dev = resolve_device(device)
+    where = hardware.check_device(hardware_key, pattern, dev)
+    dt = resolve_dtype(dtype, dev)
+    peaks = measure_peaks(dev, dt)
+    result = {**where, "fingerprint": fingerprint.collect(dev, dt, attn_impl, engine), "peaks": asdict(peaks)}
+    write_json_atomic(out, result)
+    return result
+
+
+def calibrate_latency(out: str, model_json: str, hardware_json: str, grid_name: str, device: str, dtype: str, attn_impl: str, engine: str) -> dict[str, Any]:
+    hw = read_json(hardware_json)
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    fp_now = fingerprint.collect(dev, dt, attn_impl, engine)
+    _same_stack(hw["fingerprint"], fp_now, hardware_json)
+    target = models.load_target(read_json(model_json)["target"], dt, dev, attn_impl)
+    grid = Grid.named(grid_name)
+    rows = probe_grid(target, grid)
+    shape = ModelShape.from_config(target.config, torch.finfo(dt).bits // 8)
+    cost, report = fit_probe(rows, shape, HardwarePeaks(**hw["peaks"]), grid.holdout_every)
+    result = {"fingerprint": fp_now, "grid": asdict(grid), "points": rows, "cost_model": cost.to_dict(), "report": report}
+    write_json_atomic(out, result)
+    return result
+
+
+def profile_constants(out: str, model_name: str, model_json: str, latency_json: str, device: str, dtype: str, attn_impl: str,
+                      engine: str, n_min: int, seed: int = 0) -> Calibration:
+    """Measure T_draft and T_other and write the complete calibration file."""
+    from .cost_model import CostModel
+
+    lat = read_json(latency_json)
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    fp_now = fingerprint.collect(dev, dt, attn_impl, engine)
+    _same_stack(lat["fingerprint"], fp_now, latency_json)
+    paths = read_json(model_json)
+    target = models.load_target(paths["target"], dt, dev, attn_impl)
+    drafter = models.load_drafter(paths["drafter"], dt, dev)
+    models.check_pair(target, drafter, paths["target"], paths["drafter"])
+    rng = random.Random(seed)
+    probe = [rng.randrange(2, int(target.config.vocab_size)) for _ in range(128)]
+    policy = TreePolicy(n_min=n_min, budget=2 * n_min)
+    overheads = profile_overheads(lambda: Decoder(target, "bastion", drafter, policy), probe)
+    cal = Calibration(
+        model=model_name,
+        fingerprint=fp_now,
+        cost_model=CostModel.from_dict(lat["cost_model"]),
+        overheads=overheads,
+        report=lat["report"],
+        grid=lat["grid"],
+        points=lat["points"],
+    )
+    cal.save(out)
+    return cal
