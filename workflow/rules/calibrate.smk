@@ -1,0 +1,83 @@
+# Calibration: one chain of jobs per (hardware, model), on the device that will decode.
+
+
+rule measure_hardware:
+    input:
+        model="results/models/{model}.json",
+    output:
+        "results/{hardware}/{model}/hardware.json",
+    params:
+        pattern=HW_PATTERN,
+        device=EXP.get("device", "auto"),
+        dtype=EXP.get("dtype", "auto"),
+        attn_impl=config["attn_impl"],
+        engine=config["engine"],
+        software=SOFTWARE,
+        code=CODE_DECODE,
+    resources:
+        **gpu_resources(),
+    log:
+        "logs/measure_hardware/{hardware}/{model}.log",
+    benchmark:
+        "logs/benchmarks/measure_hardware/{hardware}/{model}.tsv"
+    conda:
+        "../../envs/bastion.yaml"
+    script:
+        "../scripts/measure_hardware.py"
+
+
+rule calibrate_latency:
+    input:
+        model="results/models/{model}.json",
+        hardware="results/{hardware}/{model}/hardware.json",
+    output:
+        report(
+            "results/{hardware}/{model}/latency_grid.json",
+            caption="../report/latency_grid.rst",
+            category="Calibration",
+        ),
+    params:
+        grid=EXP.get("calibration_grid", "paper"),
+        device=EXP.get("device", "auto"),
+        dtype=EXP.get("dtype", "auto"),
+        attn_impl=config["attn_impl"],
+        engine=config["engine"],
+        software=SOFTWARE,
+        code=CODE_DECODE,
+    resources:
+        **gpu_resources(),
+    log:
+        "logs/calibrate_latency/{hardware}/{model}.log",
+    benchmark:
+        "logs/benchmarks/calibrate_latency/{hardware}/{model}.tsv"
+    conda:
+        "../../envs/bastion.yaml"
+    script:
+        "../scripts/calibrate_latency.py"
+
+
+rule profile_constants:
+    input:
+        model="results/models/{model}.json",
+        latency="results/{hardware}/{model}/latency_grid.json",
+    output:
+        "results/{hardware}/{model}/calibration.json",
+    params:
+        device=EXP.get("device", "auto"),
+        dtype=EXP.get("dtype", "auto"),
+        attn_impl=config["attn_impl"],
+        engine=config["engine"],
+        n_min=EXP.get("n_min", 32),
+        seed=config["seed"],
+        software=SOFTWARE,
+        code=CODE_DECODE,
+    resources:
+        **gpu_resources(),
+    log:
+        "logs/profile_constants/{hardware}/{model}.log",
+    benchmark:
+        "logs/benchmarks/profile_constants/{hardware}/{model}.tsv"
+    conda:
+        "../../envs/bastion.yaml"
+    script:
+        "../scripts/profile_constants.py"

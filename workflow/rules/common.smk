@@ -1,0 +1,182 @@
+"""Validation, the experiment's cells, and input functions shared by all rules.
+
+Everything a job depends on reaches it through `input:` or `params:` so that Snakemake's
+rerun triggers see it: the sample counts, the decoding knobs, a fingerprint of the
+software stack (torch, transformers, dtype, attention backend, engine, device) and a
+hash of the library sources each rule runs.  Nothing here touches the network.
+"""
+
+import glob
+import hashlib
+import os
+import re
+from pathlib import Path
+
+from snakemake.utils import validate
+
+import bastion.datasets as bds
+
+REPO = Path(workflow.basedir).resolve()
+# Jobs (local, conda or cluster) import the libraries from this checkout.
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+
+
+validate(config, "../schemas/config.schema.yaml")
+
+
+class ConfigError(ValueError):
+    """A configuration value that the schema cannot check."""
+
+
+def _check_config():
+    exps = config["experiments"]
+    if config["experiment"] not in exps:
+        raise ConfigError(
+            f"config key `experiment`: unknown experiment {config['experiment']!r}; "
+            f"defined experiments: {', '.join(exps)}"
+        )
+    exp = exps[config["experiment"]]
+    where = f"experiments.{config['experiment']}"
+    for m in exp["models"]:
+        if m not in config["models"]:
+            raise ConfigError(
+                f"config key `{where}.models`: unknown model {m!r}; defined models: {', '.join(config['models'])}"
+            )
+    for d in exp["datasets"]:
+        try:
+            canonical = bds.canonical_name(d)
+        except bds.UnknownDatasetError as exc:
+            raise ConfigError(f"config key `{where}.datasets.{d}`: {exc}") from None
+        if canonical != d or d in bds.GROUPS:
+            raise ConfigError(
+                f"config key `{where}.datasets.{d}`: use the canonical dataset names "
+                f"({', '.join(bds.expand(d))}), one entry each, so every dataset has its own jobs"
+            )
+    if exp.get("n_min", 32) > exp.get("n_max", 8192):
+        raise ConfigError(f"config keys `{where}.n_min`/`n_max`: n_min {exp['n_min']} > n_max {exp['n_max']}")
+    return exp
+
+
+EXP = _check_config()
+EXPERIMENT = config["experiment"]
+
+
+def _detect_hardware():
+    if config["hardware"] != "auto":
+        return config["hardware"]
+    from bastion.hardware import detect_key
+
+    # a GPU experiment planned on a machine without one (a login node) keys by this machine
+    return detect_key()
+
+
+HW = _detect_hardware()
+HW_PATTERN = config.get("hardware_keys", {}).get(HW, {}).get("device_pattern")
+GPU_MODEL = config.get("hardware_keys", {}).get(HW, {}).get("slurm_gpu_model")
+
+
+def _software_fingerprint():
+    """The compared fingerprint fields of this stack; a change reruns calibration and decoding."""
+    import torch
+
+    from bastion import fingerprint
+
+    want_cuda = EXP.get("device", "auto") != "cpu" and torch.cuda.is_available()
+    device = torch.device("cuda" if want_cuda else "cpu")
+    dtype = {"auto": torch.bfloat16 if want_cuda else torch.float32}.get(EXP.get("dtype", "auto"))
+    dtype = dtype or getattr(torch, EXP["dtype"])
+    fp = fingerprint.collect(device, dtype, config["attn_impl"], config["engine"])
+    return ";".join(f"{k}={fp[k]}" for k in fingerprint.COMPARED)
+
+
+SOFTWARE = _software_fingerprint()
+
+
+def _source_hash(*patterns):
+    """Hash of library sources: editing them reruns the jobs that run them."""
+    h = hashlib.sha256()
+    for pattern in patterns:
+        for path in sorted(REPO.glob(pattern)):
+            h.update(path.relative_to(REPO).as_posix().encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+CODE_DATA = _source_hash("bastion/datasets.py", "bastion/dataset_formats.py")
+CODE_DECODE = _source_hash("bastion/*.py", "dflash/*.py")
+
+
+def temperature_tag(t):
+    """0.0 -> '0', 1.0 -> '1', 0.7 -> '0.7': the {temperature} wildcard."""
+    return f"{float(t):g}"
+
+
+TEMPS = [temperature_tag(t) for t in EXP["temperatures"]]
+DATASETS = list(EXP["datasets"])
+MODELS = list(EXP["models"])
+ABLATION = list(EXP.get("budget_ablation", []))
+METHODS = ["ar"] + [m for m in EXP["methods"] if m != "ar"] + [f"bastion-b{b}" for b in ABLATION]
+
+
+wildcard_constraints:
+    hardware=r"[A-Za-z0-9][A-Za-z0-9._-]*",
+    model="|".join(map(re.escape, config["models"])),
+    dataset=r"[A-Za-z0-9_][A-Za-z0-9._-]*",
+    temperature=r"[0-9]+(\.[0-9]+)?",
+    method=r"ar|dflash|bastion|bastion-b[0-9]+",
+    shard=r"[0-9]+",
+    experiment=re.escape(config["experiment"]),
+
+
+def decode_output(hardware, model, dataset, temperature, method):
+    return f"results/{hardware}/{model}/{dataset}/t{temperature}/{method}.jsonl"
+
+
+def all_decode_outputs(hardware=HW):
+    return [
+        decode_output(hardware, m, d, t, meth)
+        for m in MODELS
+        for d in DATASETS
+        for t in TEMPS
+        for meth in METHODS
+    ]
+
+
+def aggregate_dir(hardware=HW):
+    return f"results/{hardware}/aggregate/{EXPERIMENT}"
+
+
+def other_hardware_cells():
+    """Cells of this experiment already aggregated for other hardware keys."""
+    found = glob.glob(f"results/*/aggregate/{EXPERIMENT}/cells.csv")
+    return sorted(set(found) | {f"{aggregate_dir()}/cells.csv"})
+
+
+FIGURES = [
+    "figures/speedup_table.pdf",
+    "figures/speedup_bars.pdf",
+    "figures/acceptance_length.pdf",
+    "figures/tree_budget.pdf",
+    "figures/cost_model_fit.pdf",
+]
+
+
+def get_final_targets():
+    targets = list(FIGURES)
+    if ABLATION:
+        targets.append("figures/budget_ablation.pdf")
+    if len(other_hardware_cells()) > 1:
+        targets.append("figures/hardware_comparison.pdf")
+    return targets
+
+
+def model_spec(wildcards):
+    return config["models"][wildcards.model]
+
+
+def gpu_resources():
+    """SLURM resources of GPU rules: one GPU, of the configured type when the key names one."""
+    res = {"gpu": 1}
+    if GPU_MODEL:
+        res["gpu_model"] = GPU_MODEL
+    return res

@@ -1,0 +1,17 @@
+# Model weights: resolve (and on the first run download) each target/drafter pair once.
+
+
+rule fetch_model:
+    output:
+        "results/models/{model}.json",
+    params:
+        spec=model_spec,
+    log:
+        "logs/fetch_model/{model}.log",
+    benchmark:
+        "logs/benchmarks/fetch_model/{model}.tsv"
+    conda:
+        "../../envs/bastion.yaml"
+    script:
+        "../scripts/fetch_model.py"
+

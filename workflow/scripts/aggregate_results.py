@@ -1,0 +1,9 @@
+"""Turn one hardware key's decode records into per-prompt, per-step and per-cell CSVs."""
+
+from bastion import analysis
+from bastion.joblog import job_log
+
+with job_log(snakemake.log[0]):
+    out = snakemake.output
+    n = analysis.aggregate(snakemake.input, out.per_prompt, out.cells, out.steps)
+    print(f"aggregated {n} records from {len(snakemake.input)} files")

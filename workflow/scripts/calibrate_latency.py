@@ -1,0 +1,14 @@
+"""Probe the verification-latency grid and fit the calibrated roofline."""
+
+import json
+
+from bastion import stages
+from bastion.gpu_slots import pinned
+from bastion.joblog import job_log
+
+p = snakemake.params
+with job_log(snakemake.log[0]), pinned(p.device):
+    result = stages.calibrate_latency(
+        snakemake.output[0], snakemake.input.model, snakemake.input.hardware, p.grid, p.device, p.dtype, p.attn_impl, p.engine
+    )
+    print(json.dumps({"cost_model": result["cost_model"], "report": result["report"]}, indent=1))

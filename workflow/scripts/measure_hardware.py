@@ -1,0 +1,14 @@
+"""Check the device against the hardware key, fingerprint it and measure its ceilings."""
+
+import json
+
+from bastion import stages
+from bastion.gpu_slots import pinned
+from bastion.joblog import job_log
+
+p = snakemake.params
+with job_log(snakemake.log[0]), pinned(p.device):
+    result = stages.measure_hardware(
+        snakemake.output[0], snakemake.wildcards.hardware, p.pattern, p.device, p.dtype, p.attn_impl, p.engine
+    )
+    print(json.dumps(result, indent=1))

@@ -1,0 +1,13 @@
+"""Measure the step overheads (T_draft, T_other) and write the calibration file."""
+
+from bastion import stages
+from bastion.gpu_slots import pinned
+from bastion.joblog import job_log
+
+p = snakemake.params
+with job_log(snakemake.log[0]), pinned(p.device):
+    cal = stages.profile_constants(
+        snakemake.output[0], snakemake.wildcards.model, snakemake.input.model, snakemake.input.latency,
+        p.device, p.dtype, p.attn_impl, p.engine, p.n_min, p.seed,
+    )
+    print(f"T_draft {cal.overheads.t_draft * 1e3:.3f} ms, T_other {cal.overheads.t_other * 1e3:.3f} ms")
