@@ -1,0 +1,49 @@
+"""Install a trained tiny pair as the package data of ``dflash`` (bf16, size-checked).
+
+    python tools/tiny_pair/ship.py --target T/target --drafter D/drafter
+
+The target folder (config, safetensors, tokenizer) is copied as is (train_target.py
+saves it in bf16); the drafter is re-saved in bf16 through DFlashDraftModel so the
+shipped files are exactly what ``from_pretrained`` reads.  The whole pair must stay at
+or under 16 MB so the package remains small.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+
+from dflash import DFlashDraftModel
+
+LIMIT = 16 * 1024 * 1024
+TARGET_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--drafter", required=True)
+    ap.add_argument("--dest", default=str(Path(__file__).resolve().parents[2] / "dflash" / "assets" / "tiny"))
+    args = ap.parse_args(argv)
+    dest = Path(args.dest)
+    shutil.rmtree(dest, ignore_errors=True)
+    (dest / "target").mkdir(parents=True)
+    for name in TARGET_FILES:
+        shutil.copy2(Path(args.target) / name, dest / "target" / name)
+    drafter = DFlashDraftModel.from_pretrained(args.drafter, dtype=torch.bfloat16)
+    drafter.config.layers.dtype = "bfloat16"
+    drafter.save_pretrained(str(dest / "drafter"))
+    total = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
+    print(f"shipped {dest}: {total / 1e6:.2f} MB")
+    if total > LIMIT:
+        print(f"error: the pair is {total} bytes, over the {LIMIT}-byte limit", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
