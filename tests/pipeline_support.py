@@ -1,0 +1,61 @@
+"""Running the real pipeline from a throwaway copy of the checkout (test helper module).
+
+Commands run in a temporary copy with that copy first on PYTHONPATH, so a test may edit
+sources or configuration without touching the repository, and so the copy is what a
+clean clone would hold (tracked and untracked-but-not-ignored files).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+
+def copy_checkout(dest: Path) -> Path:
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True, text=True,
+                           check=True).stdout.split("\n")
+    for rel in filter(None, files):
+        src = REPO / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    return dest
+
+
+def env(work: Path, **extra: str) -> dict[str, str]:
+    e = dict(os.environ, PYTHONPATH=str(work), OMP_NUM_THREADS="1", BASTION_HUB_TIMEOUT_S="5", **extra)
+    for k in ("SLURM_JOB_ID", "HF_HUB_OFFLINE"):
+        e.pop(k, None)
+    return e
+
+
+def smk(work: Path, *args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
+    res = subprocess.run([*SNAKEMAKE, *args], cwd=work, env=env(work), capture_output=True, text=True, timeout=timeout)
+    if check and res.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{res.stdout[-4000:]}\n{res.stderr[-6000:]}")
+    return res
+
+
+def planned(work: Path, *args: str) -> dict[str, int]:
+    """Rule -> number of jobs a dry run would execute ({} when nothing is to be done)."""
+    res = smk(work, "-n", "--quiet", "rules", *args)
+    out = res.stdout + res.stderr
+    if "Nothing to be done" in out:
+        return {}
+    counts = {}
+    for line in out.splitlines():
+        m = re.match(r"^\s*([a-z_]+)\s+(\d+)\s*$", line)
+        if m and m.group(1) != "total":
+            counts[m.group(1)] = int(m.group(2))
+    return counts
+
+
+def hardware_key(work: Path) -> str:
+    return next(p.name for p in sorted((work / "results").iterdir()) if p.is_dir() and p.name not in ("datasets", "models"))

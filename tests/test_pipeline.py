@@ -1,0 +1,189 @@
+"""The Snakemake pipeline, driven for real on the tiny experiment, offline on the CPU.
+
+The module copies the checkout (as a clean clone would have it) into a temporary folder
+and runs every command there with that copy first on PYTHONPATH, so edits made by the
+tests (a library source, the config) never touch the repository.  The clean run builds
+the whole DAG once; the rerun tests then ask Snakemake what it would do next.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+from pipeline_support import SNAKEMAKE, copy_checkout, env, hardware_key, planned, smk
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    work = tmp_path_factory.mktemp("pipeline")
+    copy_checkout(work)
+    t0 = time.monotonic()
+    smk(work, "--cores", "1", "figures/speedup_table.pdf", timeout=900)
+    work.clean_run_seconds = time.monotonic() - t0  # type: ignore[attr-defined]
+    return work
+
+
+def test_clean_run_builds_the_table_offline(work):
+    assert work.clean_run_seconds < 600, f"clean run took {work.clean_run_seconds:.0f} s"
+    rows = list(csv.DictReader(open(work / "figures/speedup_table.csv")))
+    datasets = [r[next(iter(r))] for r in rows]
+    assert datasets[-1] == "Average" and {"humaneval-pkg", "stdlib-heldout"} <= set(datasets)
+    speed_cols = [c for c in rows[0] if c.endswith("/speedup")]
+    assert speed_cols and all(float(r[c]) > 0 for r in rows for c in speed_cols)  # real numbers, no blanks
+    for c in speed_cols:
+        mean = sum(float(r[c]) for r in rows[:-1]) / (len(rows) - 1)
+        assert abs(float(rows[-1][c]) - mean) < 1e-6
+    from pypdf import PdfReader
+
+    text = PdfReader(str(work / "figures/speedup_table.pdf")).pages[0].extract_text()
+    hw = hardware_key(work)
+    assert hw in text and "tiny" in text and "Average" in text
+    md = (work / "figures/speedup_table.md").read_text()
+    first = re.search(r"\d+\.\d\dx", md).group(0)
+    assert first in text  # the PDF shows the same numbers as its twins
+    for twin in ("tex", "md"):
+        assert (work / f"figures/speedup_table.{twin}").stat().st_size > 0
+    # decode outputs are complete and lossless at T = 0
+    base = work / "results" / hw / "tiny" / "stdlib-heldout" / "t0"
+    ar = {(r["prompt_index"], r["turn"]): r["output_ids"] for r in map(json.loads, open(base / "ar.jsonl"))}
+    bs = {(r["prompt_index"], r["turn"]): r["output_ids"] for r in map(json.loads, open(base / "bastion.jsonl"))}
+    assert ar == bs and len(ar) == 6
+
+
+def test_second_run_does_nothing(work):
+    assert planned(work, "figures/speedup_table.pdf") == {}
+
+
+def test_lint_and_paper_plan_without_network(work):
+    lint = smk(work, "--lint", check=False)
+    assert lint.returncode == 0 and "Lints for" not in lint.stdout + lint.stderr, lint.stdout + lint.stderr
+    t0 = time.monotonic()
+    plan = planned(work, "--config", "experiment=paper")
+    assert time.monotonic() - t0 < 120
+    # 3 models x 8 datasets x 2 temperatures x (ar, dflash, bastion + 6 budgets)
+    assert plan["decode"] == 3 * 8 * 2 * 9
+    assert plan["prepare_dataset"] == 8 and plan["fetch_model"] == 3 and plan["calibrate_latency"] == 3
+
+
+def test_fingerprint_change_reruns_calibration_and_decoding(work):
+    plan = planned(work, "--config", "attn_impl=eager", "--", "figures/speedup_table.pdf")
+    assert plan.get("calibrate_latency") == 1 and plan.get("profile_constants") == 1 and plan.get("decode") == 12
+    assert "prepare_dataset" not in plan and "fetch_model" not in plan
+
+
+def test_library_source_change_reruns_calibration_and_decoding(work):
+    src = work / "bastion" / "tree.py"
+    original = src.read_bytes()
+    try:
+        src.write_bytes(original + b"\n# an edit to the tree code\n")
+        plan = planned(work, "figures/speedup_table.pdf")
+        assert plan.get("calibrate_latency") == 1 and plan.get("decode") == 12
+        assert "prepare_dataset" not in plan
+    finally:
+        src.write_bytes(original)
+    assert planned(work, "figures/speedup_table.pdf") == {}  # same content again: nothing to do
+
+
+def test_sample_count_change_reruns_that_dataset_only(work, tmp_path):
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("experiments:\n  tiny:\n    datasets:\n      humaneval-pkg: {max_samples: 6}\n"
+                       "      stdlib-heldout: {max_samples: 5}\n")
+    plan = planned(work, "--configfile", "config.yaml", str(overlay), "--", "figures/speedup_table.pdf")
+    assert plan.get("decode") == 6  # the six methods of stdlib-heldout, nothing of humaneval-pkg
+    assert "prepare_dataset" not in plan and "calibrate_latency" not in plan
+    dry = smk(work, "-n", "--configfile", "config.yaml", str(overlay), "--", "figures/speedup_table.pdf")
+    assert "humaneval-pkg/t0" not in "".join(l for l in dry.stdout.splitlines() if l.strip().startswith("output:"))
+
+
+@pytest.mark.parametrize("override,needle", [
+    ("experiment=nope", "unknown experiment 'nope'"),
+    ("models={}", "experiments.tiny.models"),
+])
+def test_bad_configuration_fails_before_any_job(work, override, needle):
+    res = smk(work, "-n", "--config", override, check=False)
+    assert res.returncode != 0 and needle in res.stdout + res.stderr
+
+
+def test_bad_dataset_and_temperature_in_config_file(work, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("experiments:\n  tiny:\n    datasets:\n      gsm9k: {max_samples: 2}\n")
+    res = smk(work, "-n", "--configfile", "config.yaml", str(bad), check=False)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and "experiments.tiny.datasets.gsm9k" in out and "gsm8k" in out
+    bad.write_text("experiments:\n  tiny:\n    temperatures: [zero]\n")
+    res = smk(work, "-n", "--configfile", "config.yaml", str(bad), check=False)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and "temperatures" in out and "'zero' is not of type 'number'" in out
+
+
+def test_paper_experiment_without_network_fails_fast(work):
+    t0 = time.monotonic()
+    res = smk(work, "--cores", "1", "--config", "experiment=paper", "--", "results/datasets/gsm8k.jsonl", check=False)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and "openai/gsm8k" in out and "HF_TOKEN" in out and "HF_HUB_OFFLINE" in out
+    res = smk(work, "--cores", "1", "--config", "experiment=paper", "--", "results/models/qwen3-8b.json", check=False)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and "Qwen/Qwen3-8B" in out and "HF_TOKEN" in out
+    assert time.monotonic() - t0 < 120
+
+
+def test_killed_decode_job_resumes_without_loss_or_duplicates(work):
+    hw = hardware_key(work)
+    target = f"results/{hw}/tiny/stdlib-heldout/t0/dflash.jsonl"
+    before = [json.loads(l) for l in open(work / target)]
+    (work / target).unlink()
+    partial = work / f"{target}.partial"
+    proc = subprocess.Popen([*SNAKEMAKE, "--cores", "1", target], cwd=work, env=env(work),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if partial.exists() and len({json.loads(l)["prompt_index"] for l in partial.read_text().splitlines()}) >= 2:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the decode job never wrote two prompts")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the whole job, mid-prompt
+        proc.wait()
+    assert not (work / target).exists()
+    done_before = len(partial.read_text().splitlines())
+    smk(work, "--cores", "1", "--rerun-incomplete", target)
+    log = (work / f"logs/decode/{hw}/tiny/stdlib-heldout/t0/dflash.log").read_text()
+    assert re.search(r"\[resume\] [2-5] of 6 prompts already done", log), log[-2000:]
+    after = [json.loads(l) for l in open(work / target)]
+    assert sorted(r["prompt_index"] for r in after) == list(range(6))  # none lost, none twice
+    assert [r["output_ids"] for r in after] == [r["output_ids"] for r in before]
+    assert not partial.exists() and done_before >= 2
+
+
+def test_hardware_switch_reruns_only_the_new_key(work):
+    old = hardware_key(work)
+    keys = 'hardware_keys={"alt-cpu": {"device_pattern": "."}}'
+    stamp = {p: p.stat().st_mtime_ns for p in (work / "results").rglob("*") if p.is_file()}
+    plan = planned(work, "--config", "hardware=alt-cpu", keys, "--", "figures/speedup_table.pdf")
+    assert plan.get("measure_hardware") == 1 and plan.get("calibrate_latency") == 1 and plan.get("decode") == 12
+    assert plan.get("aggregate_results") == 1 and plan.get("make_speedup_table") == 1
+    assert "prepare_dataset" not in plan and "fetch_model" not in plan
+    smk(work, "--cores", "2", "--config", "hardware=alt-cpu", keys, "--", "figures/speedup_table.pdf")
+    for path, mtime in stamp.items():  # datasets and the old key's results are untouched
+        assert path.stat().st_mtime_ns == mtime, path
+    assert (work / "results" / "alt-cpu" / "aggregate" / "tiny" / "cells.csv").exists()
+    assert (work / "results" / old / "aggregate" / "tiny" / "cells.csv").exists()
+    # with two keys, the comparison figure joins the default targets
+    plan = planned(work, "--config", "hardware=alt-cpu", keys)
+    assert plan.get("plot_hardware_comparison") == 1
+
+
+def test_report(work, tmp_path):
+    out = tmp_path / "report.zip"
+    smk(work, "--report", str(out), "figures/speedup_table.pdf")
+    assert out.stat().st_size > 10_000
