@@ -1,0 +1,10 @@
+"""The main table (speedup and tau per dataset) in its csv, md, tex and pdf twins."""
+
+from bastion import tables
+from bastion.joblog import job_log
+
+with job_log(snakemake.log[0]):
+    out = snakemake.output
+    table = tables.write_speedup_table(snakemake.input.cells, snakemake.params.methods, snakemake.params.title,
+                                       out.csv, out.md, out.tex, out.pdf)
+    print(f"speedup table: {len(table) - 1} datasets, {len(table.columns)} columns")

@@ -1,0 +1,8 @@
+"""Speedup against a fixed tree budget, with the adaptive BASTION point."""
+
+from bastion import plots
+from bastion.joblog import job_log
+
+with job_log(snakemake.log[0]):
+    plots.budget_ablation(snakemake.input.cells, snakemake.output[0], snakemake.params.title)
+    print(f"wrote {snakemake.output[0]}")

@@ -1,0 +1,8 @@
+"""Average speedup per hardware key, grouped by method."""
+
+from bastion import plots
+from bastion.joblog import job_log
+
+with job_log(snakemake.log[0]):
+    plots.hardware_comparison(list(snakemake.input.cells), snakemake.output[0], snakemake.params.title)
+    print(f"wrote {snakemake.output[0]}")
