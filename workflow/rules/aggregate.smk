@@ -16,6 +16,8 @@ rule aggregate_results:
             category="Tables",
         ),
         steps="results/{hardware}/aggregate/{experiment}/steps.csv",
+    params:
+        code=CODE_REPORT,
     log:
         "logs/aggregate_results/{hardware}/{experiment}.log",
     benchmark:

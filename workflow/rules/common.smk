@@ -18,7 +18,7 @@ import bastion.datasets as bds
 
 REPO = Path(workflow.basedir).resolve()
 # Jobs (local, conda or cluster) import the libraries from this checkout.
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p))
 
 
 validate(config, "../schemas/config.schema.yaml")
@@ -92,18 +92,27 @@ def _software_fingerprint():
 SOFTWARE = _software_fingerprint()
 
 
-def _source_hash(*patterns):
-    """Hash of library sources: editing them reruns the jobs that run them."""
+def _source_hash(patterns, exclude=()):
+    """Hash of library sources: editing them reruns the jobs that run them.
+
+    (Snakemake's own code trigger only watches the rule's script, not the libraries.)
+    """
     h = hashlib.sha256()
     for pattern in patterns:
         for path in sorted(REPO.glob(pattern)):
+            if path.name in exclude:
+                continue
             h.update(path.relative_to(REPO).as_posix().encode())
             h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
 
-CODE_DATA = _source_hash("bastion/datasets.py", "bastion/dataset_formats.py")
-CODE_DECODE = _source_hash("bastion/*.py", "dflash/*.py")
+DATA_SOURCES = ("datasets.py", "dataset_formats.py")
+REPORT_SOURCES = ("analysis.py", "tables.py", "plots.py", "joblog.py")
+CODE_DATA = _source_hash([f"bastion/{name}" for name in DATA_SOURCES])
+# everything that measures or decodes; the data and reporting code have their own hashes
+CODE_DECODE = _source_hash(["bastion/*.py", "dflash/*.py"], exclude=DATA_SOURCES + REPORT_SOURCES)
+CODE_REPORT = _source_hash([f"bastion/{name}" for name in REPORT_SOURCES + ("records.py",)])
 
 
 def temperature_tag(t):
@@ -180,3 +189,33 @@ def gpu_resources():
     if GPU_MODEL:
         res["gpu_model"] = GPU_MODEL
     return res
+
+
+def decode_inputs(wildcards):
+    return {
+        "data": f"results/datasets/{wildcards.dataset}.jsonl",
+        "model": f"results/models/{wildcards.model}.json",
+        # every decode job waits for its pair's calibration, which also checked the device
+        "calibration": f"results/{wildcards.hardware}/{wildcards.model}/calibration.json",
+    }
+
+
+def decode_params(wildcards):
+    """All knobs of a decode job, in one place so the sharded and plain rules agree."""
+    method, _, budget = wildcards.method.partition("-b")
+    return {
+        "method": method,
+        "budget": int(budget) if budget else None,
+        "temperature": float(wildcards.temperature),
+        "max_samples": EXP["datasets"][wildcards.dataset].get("max_samples"),
+        "max_new_tokens": EXP["max_new_tokens"],
+        "n_min": EXP.get("n_min", 32),
+        "n_max": EXP.get("n_max", 8192),
+        "topk": EXP.get("topk", 128),
+        "block_size": EXP.get("block_size"),
+        "device": EXP.get("device", "auto"),
+        "dtype": EXP.get("dtype", "auto"),
+        "attn_impl": config["attn_impl"],
+        "seed": config["seed"],
+        "pattern": HW_PATTERN,
+    }

@@ -14,6 +14,7 @@ rule make_speedup_table:
         md="figures/speedup_table.md",
     params:
         title=TITLE,
+        code=CODE_REPORT,
         methods=[m for m in METHODS if not m.startswith("bastion-b")],
     log:
         "logs/make_speedup_table.log",
@@ -32,6 +33,7 @@ rule plot_speedup_bars:
         report("figures/speedup_bars.pdf", caption="../report/speedup_bars.rst", category="Figures"),
     params:
         title=TITLE,
+        code=CODE_REPORT,
         methods=[m for m in METHODS if not m.startswith("bastion-b")],
     log:
         "logs/plot_speedup_bars.log",
@@ -50,6 +52,7 @@ rule plot_acceptance_length:
         report("figures/acceptance_length.pdf", caption="../report/acceptance_length.rst", category="Figures"),
     params:
         title=TITLE,
+        code=CODE_REPORT,
     log:
         "logs/plot_acceptance_length.log",
     benchmark:
@@ -67,6 +70,7 @@ rule plot_tree_budget:
         report("figures/tree_budget.pdf", caption="../report/tree_budget.rst", category="Figures"),
     params:
         title=TITLE,
+        code=CODE_REPORT,
     log:
         "logs/plot_tree_budget.log",
     benchmark:
@@ -84,6 +88,7 @@ rule plot_budget_ablation:
         report("figures/budget_ablation.pdf", caption="../report/budget_ablation.rst", category="Figures"),
     params:
         title=TITLE,
+        code=CODE_REPORT,
     log:
         "logs/plot_budget_ablation.log",
     benchmark:
@@ -101,6 +106,7 @@ rule plot_cost_model_fit:
         report("figures/cost_model_fit.pdf", caption="../report/cost_model_fit.rst", category="Figures"),
     params:
         title=TITLE,
+        code=CODE_REPORT,
         models=MODELS,
     log:
         "logs/plot_cost_model_fit.log",
@@ -119,6 +125,7 @@ rule plot_hardware_comparison:
         report("figures/hardware_comparison.pdf", caption="../report/hardware_comparison.rst", category="Figures"),
     params:
         title=TITLE,
+        code=CODE_REPORT,
     log:
         "logs/plot_hardware_comparison.log",
     benchmark:
