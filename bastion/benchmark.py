@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import torch
 
-from . import datasets, fingerprint, models, records
+from . import datasets, fingerprint, hardware, models, records
 from .calibrate import Calibration, CalibrationError, Grid, calibrate, calibration_path, check_writable, profile_overheads
 from .decoding import METHODS, Decoder
 from .prompts import PromptBuilder
@@ -70,25 +70,6 @@ def _dist() -> tuple[int, int, int]:
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
 
 
-def _device(arg: str, local_rank: int, world: int) -> torch.device:
-    if arg == "auto":
-        arg = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(arg)
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise UsageError("--device cuda requested but no CUDA device is visible")
-        if dev.index is None:
-            dev = torch.device("cuda", local_rank if world > 1 else torch.cuda.current_device())
-        torch.cuda.set_device(dev)
-    return dev
-
-
-def _dtype(arg: str, device: torch.device) -> torch.dtype:
-    if arg == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return getattr(torch, arg)
-
-
 def parse_methods(text: str) -> list[str]:
     methods = [m.strip() for m in text.split(",") if m.strip()]
     bad = [m for m in methods if m not in METHODS]
@@ -134,8 +115,8 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     if world > 1 and not torch.distributed.is_initialized():
         backend = "nccl" if args.device.startswith("cuda") or (args.device == "auto" and torch.cuda.is_available()) else "gloo"
         torch.distributed.init_process_group(backend=backend)
-    device = _device(args.device, local_rank, world)
-    dtype = _dtype(args.dtype, device)
+    device = hardware.resolve_device(args.device, local_rank if world > 1 else None)
+    dtype = hardware.resolve_dtype(args.dtype, device)
     fp_now = fingerprint.collect(device, dtype, args.attn_impl)
     hw_key = fingerprint.hardware_key(fp_now) if args.hardware == "auto" else args.hardware
     cal_path = Path(args.calibration) if args.calibration else calibration_path(args.cache_dir, hw_key, model_name)

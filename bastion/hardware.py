@@ -25,6 +25,25 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def resolve_device(arg: str, local_rank: int | None = None) -> torch.device:
+    """``auto``/``cpu``/``cuda``/``cuda:N`` to a concrete device (``local_rank`` under torchrun)."""
+    dev = default_device() if arg == "auto" else torch.device(arg)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {arg!r} requested but no CUDA device is visible (check CUDA_VISIBLE_DEVICES)")
+        if dev.index is None:
+            dev = torch.device("cuda", local_rank if local_rank is not None else torch.cuda.current_device())
+        torch.cuda.set_device(dev)
+    return dev
+
+
+def resolve_dtype(arg: str, device: torch.device) -> torch.dtype:
+    """``auto`` is bf16 on a GPU and fp32 on the CPU (where bf16 matmuls are emulated)."""
+    if arg == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, arg)
+
+
 def detect_key(device: torch.device | str | None = None) -> str:
     """The hardware key of ``device`` (default: the first GPU, else the CPU)."""
     device = torch.device(device) if device is not None else default_device()

@@ -24,24 +24,6 @@ from .decoding import Decoder
 from .tree import TreePolicy
 
 
-def resolve_device(arg: str) -> torch.device:
-    if arg == "auto":
-        arg = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(arg)
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise CalibrationError("device 'cuda' requested but no CUDA device is visible (CUDA_VISIBLE_DEVICES?)")
-        if dev.index is None:
-            dev = torch.device("cuda", torch.cuda.current_device())
-    return dev
-
-
-def resolve_dtype(arg: str, device: torch.device) -> torch.dtype:
-    if arg == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return getattr(torch, arg)
-
-
 def read_json(path: str | Path) -> dict[str, Any]:
     with open(path, encoding="utf-8") as fh:
         return json.load(fh)
@@ -52,9 +34,9 @@ def _same_stack(before: dict[str, Any], now: dict[str, Any], where: str) -> None
 
 
 def measure_hardware(out: str, hardware_key: str, pattern: str | None, device: str, dtype: str, attn_impl: str, engine: str) -> dict[str, Any]:
-    dev = resolve_device(device)
+    dev = hardware.resolve_device(device)
     where = hardware.check_device(hardware_key, pattern, dev)
-    dt = resolve_dtype(dtype, dev)
+    dt = hardware.resolve_dtype(dtype, dev)
     peaks = measure_peaks(dev, dt)
     result = {**where, "fingerprint": fingerprint.collect(dev, dt, attn_impl, engine), "peaks": asdict(peaks)}
     write_json_atomic(out, result)
@@ -63,8 +45,8 @@ def measure_hardware(out: str, hardware_key: str, pattern: str | None, device: s
 
 def calibrate_latency(out: str, model_json: str, hardware_json: str, grid_name: str, device: str, dtype: str, attn_impl: str, engine: str) -> dict[str, Any]:
     hw = read_json(hardware_json)
-    dev = resolve_device(device)
-    dt = resolve_dtype(dtype, dev)
+    dev = hardware.resolve_device(device)
+    dt = hardware.resolve_dtype(dtype, dev)
     fp_now = fingerprint.collect(dev, dt, attn_impl, engine)
     _same_stack(hw["fingerprint"], fp_now, hardware_json)
     target = models.load_target(read_json(model_json)["target"], dt, dev, attn_impl)
@@ -83,8 +65,8 @@ def profile_constants(out: str, model_name: str, model_json: str, latency_json: 
     from .cost_model import CostModel
 
     lat = read_json(latency_json)
-    dev = resolve_device(device)
-    dt = resolve_dtype(dtype, dev)
+    dev = hardware.resolve_device(device)
+    dt = hardware.resolve_dtype(dtype, dev)
     fp_now = fingerprint.collect(dev, dt, attn_impl, engine)
     _same_stack(lat["fingerprint"], fp_now, latency_json)
     paths = read_json(model_json)

@@ -1,16 +1,18 @@
 """Decode one cell (or shard) with the benchmark harness; resumes from <output>.partial."""
 
+import json
+
 import torch
 
-from bastion import benchmark, hardware, stages
+from bastion import benchmark, hardware
 from bastion.gpu_slots import pinned
 from bastion.joblog import job_log
 
 k = snakemake.params.knobs
 with job_log(snakemake.log[0]), pinned(k["device"]):
     torch.set_num_threads(snakemake.threads)
-    hardware.check_device(snakemake.wildcards.hardware, k["pattern"], stages.resolve_device(k["device"]))
-    models = stages.read_json(snakemake.input.model)
+    hardware.check_device(snakemake.wildcards.hardware, k["pattern"], hardware.resolve_device(k["device"]))
+    models = json.load(open(snakemake.input.model))
     argv = [
         "--model", models["target"], "--draft-model", models["drafter"], "--dataset", snakemake.input.data,
         "--methods", k["method"], "--temperature", str(k["temperature"]), "--max-new-tokens", str(k["max_new_tokens"]),
