@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Issue 7 on a two-GPU machine: the tiny experiment's decode cells with --resources gpu=2
+# and then gpu=1, each from a fresh copy; GPU slot records, wall times, T=0 equality.
+# Needs snakemake's wheels in .whl (see docs/performance.md).  Writes into $OUT.
+set -uo pipefail
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+OUT=${OUT:-$PWD/gpu_out}; mkdir -p "$OUT"
+{ date -u; nvidia-smi -L; python3 -c "import torch,transformers,snakemake;print('torch',torch.__version__,'transformers',transformers.__version__,'snakemake',snakemake.__version__)"; } > "$OUT/env.txt" 2>&1
+cat > /tmp/overlay.yaml <<'YAML'
+experiments:
+  tiny:
+    datasets:
+      humaneval-pkg: {max_samples: 3}
+      stdlib-heldout: {max_samples: 3}
+    budget_ablation: []
+    max_new_tokens: 48
+    calibration_grid: tiny
+YAML
+SRC=$PWD
+for K in 2 1; do
+  W=/tmp/run$K; rm -rf $W; mkdir -p $W
+  (cd "$SRC" && tar --exclude=./.whl --exclude=./.carry --exclude=./.git -cf - .) | tar -xf - -C $W
+  cd $W
+  HW=$(python3 -c "from bastion.hardware import detect_key; print(detect_key())")
+  T=""; for d in humaneval-pkg stdlib-heldout; do for m in ar dflash bastion; do T="$T results/$HW/tiny/$d/t0/$m.jsonl"; done; done
+  t0=$(date +%s.%N)
+  timeout 150 python3 -m snakemake --cores 8 --resources gpu=$K --configfile config.yaml /tmp/overlay.yaml -- $T > "$OUT/run$K.log" 2>&1
+  rc=$?; t1=$(date +%s.%N)
+  echo "gpu=$K rc=$rc wall_s=$(python3 -c "print(round($t1-$t0,1))")" | tee -a "$OUT/env.txt"
+  grep -r "\[gpu-slot\]" logs | sort -t' ' -k2 > "$OUT/slots$K.txt"
+  cd "$SRC"
+done
+python3 - "$OUT" <<'PY' | tee "$OUT/summary.txt"
+import json, sys, glob, os
+out = sys.argv[1]
+def load(k):
+    recs = {}
+    for p in glob.glob(f"/tmp/run{k}/results/*/tiny/*/t0/*.jsonl"):
+        for line in open(p):
+            r = json.loads(line)
+            recs[(r["dataset"], r["method"], r["prompt_index"])] = (r["output_ids"], r["fingerprint"]["cuda_visible_devices"])
+    return recs
+a, b = load(2), load(1)
+print("records gpu=2:", len(a), "gpu=1:", len(b))
+print("identical T=0 outputs:", bool(a) and {k: v[0] for k, v in a.items()} == {k: v[0] for k, v in b.items()})
+print("devices used gpu=2:", sorted({v[1] for v in a.values()}), "gpu=1:", sorted({v[1] for v in b.values()}))
+PY
+ls -la "$OUT"
