@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass

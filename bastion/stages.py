@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from . import fingerprint, hardware, models
-from .calibrate import Calibration, CalibrationError, Grid, fit_probe, measure_peaks, probe_grid, profile_overheads, write_json_atomic
+from .calibrate import Calibration, Grid, fit_probe, measure_peaks, probe_grid, profile_overheads, write_json_atomic
 from .cost_model import HardwarePeaks, ModelShape
 from .decoding import Decoder
 from .tree import TreePolicy

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bastion import plots, tables
+from bastion import plots, plots_steps, tables
 
 TITLE = {"hardware": "hw-test", "experiment": "exp_small", "models": ["m1", "m2"]}
 FP = {f"fp_{k}": v for k, v in [("device_name", "CPU"), ("driver", "none"), ("cuda", "none"), ("torch", "2.0"),
@@ -244,26 +244,26 @@ def test_speedup_bars_missing_categories(tmp_path):
 
 def test_acceptance_length(tmp_path):
     out = tmp_path / "acc.pdf"
-    plots.acceptance_length(make_steps(tmp_path, models=("m1", "m2"), temps=(0.0, 1.0)), out, TITLE)
+    plots_steps.acceptance_length(make_steps(tmp_path, models=("m1", "m2"), temps=(0.0, 1.0)), out, TITLE)
     assert_pdf_has(out, tables.title_text(TITLE, "Acceptance length per step"),
                    "Tokens committed per step", "Fraction of steps", "DFlash (mean \u03c4 =", "m2, T=1")
     only = make_steps(tmp_path, methods=("ar", "bastion"), name="only.csv")
-    plots.acceptance_length(only, out, TITLE)
+    plots_steps.acceptance_length(only, out, TITLE)
     assert_pdf_has(out, "BASTION (mean")
     with pytest.raises(ValueError, match="no steps"):
-        plots.acceptance_length(make_steps(tmp_path, methods=("ar",), name="ar.csv"), out, TITLE)
+        plots_steps.acceptance_length(make_steps(tmp_path, methods=("ar",), name="ar.csv"), out, TITLE)
 
 
 def test_tree_budget(tmp_path):
     out = tmp_path / "tree.pdf"
-    plots.tree_budget(make_steps(tmp_path, temps=(0.0, 1.0)), out, TITLE)
+    plots_steps.tree_budget(make_steps(tmp_path, temps=(0.0, 1.0)), out, TITLE)
     assert_pdf_has(out, tables.title_text(TITLE, "BASTION adaptive tree budget"), "Decoding step",
                    "Tree size (nodes verified)", "Context length (tokens)", "binned mean", "m1, T=1")
     single = make_steps(tmp_path, datasets=("mbpp",), methods=("bastion",), name="single.csv")
-    plots.tree_budget(single, out, "a plain title", max_responses=1)
+    plots_steps.tree_budget(single, out, "a plain title", max_responses=1)
     assert_pdf_has(out, "a plain title")
     with pytest.raises(ValueError, match="adaptive bastion"):
-        plots.tree_budget(make_steps(tmp_path, methods=("ar", "dflash"), name="nob.csv"), out, TITLE)
+        plots_steps.tree_budget(make_steps(tmp_path, methods=("ar", "dflash"), name="nob.csv"), out, TITLE)
 
 
 def test_budget_ablation(tmp_path):
@@ -283,14 +283,14 @@ def test_budget_ablation(tmp_path):
 def test_cost_model_fit(tmp_path):
     out = tmp_path / "fit.pdf"
     grids = [make_grid(tmp_path, "m1"), make_grid(tmp_path, "m2", heldout=False)]
-    plots.cost_model_fit(grids, ["m1", "m2"], out, TITLE)
+    plots_steps.cost_model_fit(grids, ["m1", "m2"], out, TITLE)
     assert_pdf_has(out, tables.title_text(TITLE, "Cost model fit"), "Measured verification latency (ms)",
                    "Predicted verification latency (ms)", "MAPE 12.3%", "MAPE 9.9%", "identity", "m2")
     empty = tmp_path / "empty" / "latency_grid.json"
     empty.parent.mkdir()
     empty.write_text(json.dumps({"points": [], "report": {}}))
     with pytest.raises(ValueError, match="no calibration points"):
-        plots.cost_model_fit([empty], ["empty"], out, TITLE)
+        plots_steps.cost_model_fit([empty], ["empty"], out, TITLE)
 
 
 def test_hardware_comparison(tmp_path):

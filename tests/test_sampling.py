@@ -10,7 +10,6 @@ distribution at another temperature must be rejected, which shows the test can f
 
 from __future__ import annotations
 
-import itertools
 
 import numpy as np
 import pytest

@@ -108,7 +108,7 @@ def _source_hash(patterns, exclude=()):
 
 
 DATA_SOURCES = ("datasets.py", "dataset_formats.py")
-REPORT_SOURCES = ("analysis.py", "tables.py", "plots.py", "joblog.py")
+REPORT_SOURCES = ("analysis.py", "tables.py", "plots.py", "plots_steps.py", "plot_style.py", "joblog.py")
 CODE_DATA = _source_hash([f"bastion/{name}" for name in DATA_SOURCES])
 # everything that measures or decodes; the data and reporting code have their own hashes
 CODE_DECODE = _source_hash(["bastion/*.py", "dflash/*.py"], exclude=DATA_SOURCES + REPORT_SOURCES)

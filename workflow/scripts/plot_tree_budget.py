@@ -1,8 +1,8 @@
 """BASTION's adaptive tree size over the decoding steps and against the context length."""
 
-from bastion import plots
+from bastion import plots_steps
 from bastion.joblog import job_log
 
 with job_log(snakemake.log[0]):
-    plots.tree_budget(snakemake.input.steps, snakemake.output[0], snakemake.params.title)
+    plots_steps.tree_budget(snakemake.input.steps, snakemake.output[0], snakemake.params.title)
     print(f"wrote {snakemake.output[0]}")

@@ -1,0 +1,71 @@
+"""Shared look of the figures: Agg backend, text kept as text, colours, layout helpers."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+SPEEDUP_LABEL = "Speedup over AR (time per output token)"
+COLORS = {"dflash": "#4C72B0", "bastion": "#DD8452", "ar": "#7f7f7f"}
+EXTRA_COLORS = ["#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C", "#CCB974", "#64B5CD"]
+MAX_SCATTER = 20000  # points drawn per scatter, beyond that a sample
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    matplotlib.rcParams["pdf.fonttype"] = 42
+    matplotlib.rcParams["ps.fonttype"] = 42
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def color(method: str, i: int) -> str:
+    return COLORS.get(method, EXTRA_COLORS[i % len(EXTRA_COLORS)])
+
+
+def grid_shape(n: int, max_cols: int = 3) -> tuple[int, int]:
+    cols = min(n, max_cols)
+    return math.ceil(n / cols), cols
+
+
+def save(fig, out_pdf: str | os.PathLike) -> None:
+    plt = pyplot()
+    Path(out_pdf).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_pdf)
+    plt.close(fig)
+
+
+def suptitle(fig, text: str, height_in: float) -> None:
+    """The figure title on one line, widening the figure if the title would not fit."""
+    need = 0.095 * len(text) + 0.6  # inches at 12 pt
+    if fig.get_figwidth() < need:
+        fig.set_figwidth(need)
+    fig.suptitle(text, fontsize=12, y=1 - 0.12 / height_in, va="top")
+
+
+def require(df: pd.DataFrame, columns: Sequence[str], what: str) -> None:
+    if df.empty:
+        raise ValueError(f"{what}: the input has no rows")
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ValueError(f"{what}: the input lacks the columns {missing}")
+
+
+def log2_axis(ax, axis: str, values: np.ndarray) -> None:
+    """log2 scale when the values span a factor 4 or more, else a linear axis from 0."""
+    values = values[np.isfinite(values) & (values > 0)]
+    if values.size and values.max() / values.min() >= 4:
+        from matplotlib.ticker import FuncFormatter
+
+        getattr(ax, f"set_{axis}scale")("log", base=2)
+        getattr(ax, f"{axis}axis").set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    elif values.size:
+        getattr(ax, f"set_{axis}lim")(0, values.max() * 1.2)

@@ -1,0 +1,238 @@
+"""Per-step and calibration figures: acceptance lengths, tree budgets, the cost-model fit.
+
+Every function writes one PDF (one figure, one panel per (model, temperature) where the
+data has several), with text kept as text (``pdf.fonttype`` 42) so titles and labels can
+be searched and extracted.  ``title`` is the rules' ``params.title`` dict
+``{hardware, experiment, models}`` or a ready string.  A function whose input lacks every
+row it needs raises ValueError; missing categories (a method, a dataset, a temperature)
+are simply left out of the figure.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .tables import (
+    combo_label,
+    combos,
+    method_label,
+    read_csvs,
+    title_text,
+)
+from .plot_style import (
+    COLORS,
+    EXTRA_COLORS,
+    MAX_SCATTER,
+    color,
+    grid_shape,
+    log2_axis,
+    pyplot,
+    require,
+    save,
+    suptitle,
+)
+
+
+# --------------------------------------------------------------------------- acceptance length
+
+
+def acceptance_length(steps_csv: str | os.PathLike, out_pdf: str | os.PathLike,
+                      title: Mapping[str, Any] | str) -> None:
+    """Distribution of tokens committed per step, DFlash against adaptive BASTION."""
+    what = "acceptance_length"
+    df = read_csvs(steps_csv)
+    require(df, ["model", "temperature", "method", "committed"], what)
+    shown = [m for m in ("dflash", "bastion") if m in set(df["method"])]
+    rows = df[df["method"].isin(shown)]
+    if rows.empty:
+        raise ValueError(f"{what}: no steps of dflash or bastion (found: {sorted(set(df['method']))})")
+    panels = combos(rows)
+    nr, nc = grid_shape(len(panels), 2)
+    plt = pyplot()
+    height = 0.6 + 3.6 * nr
+    fig, axes = plt.subplots(nr, nc, figsize=(6.2 * nc, height), squeeze=False)
+    for k, (model, temp) in enumerate(panels):
+        ax = axes.flat[k]
+        sub = rows[(rows["model"] == model) & (rows["temperature"] == temp)]
+        hi = int(sub["committed"].max())
+        width = 0.8 / len(shown)
+        for i, method in enumerate(shown):
+            acc = sub.loc[sub["method"] == method, "committed"].to_numpy(dtype=int)
+            if acc.size == 0:
+                continue
+            frac = np.bincount(acc, minlength=hi + 1)[1:] / acc.size
+            x = np.arange(1, hi + 1) + (i - (len(shown) - 1) / 2) * width
+            tau = acc.mean()
+            shade = color(method, i)
+            ax.bar(x, frac, width * 0.95, color=shade, alpha=0.85, edgecolor="black", linewidth=0.3,
+                   label=f"{method_label(method)} (mean \u03c4 = {tau:.2f}, {acc.size} steps)")
+            ax.axvline(tau, color=shade, linestyle="--", linewidth=1.2)
+        step = max(1, math.ceil(hi / 16))
+        ax.set_xticks(np.arange(1, hi + 1, step))
+        ax.set_xlabel("Tokens committed per step (acceptance length)")
+        ax.set_ylabel("Fraction of steps")
+        ax.set_title(combo_label(model, temp), fontsize=10)
+        ax.legend(fontsize=8)
+        ax.grid(axis="y", alpha=0.3)
+    for ax in axes.flat[len(panels):]:
+        ax.axis("off")
+    suptitle(fig, title_text(title, "Acceptance length per step"), height)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.38 / height))
+    save(fig, out_pdf)
+
+
+# --------------------------------------------------------------------------- tree budget
+
+
+def _binned_means(x: np.ndarray, y: np.ndarray, bins: int = 12) -> tuple[np.ndarray, np.ndarray]:
+    if x.size == 0:
+        return np.array([]), np.array([])
+    lo, hi = float(x.min()), float(x.max())
+    if hi <= lo:
+        return np.array([lo]), np.array([float(y.mean())])
+    edges = np.linspace(lo, hi, bins + 1)
+    idx = np.clip(np.digitize(x, edges) - 1, 0, bins - 1)
+    centers, means = [], []
+    for b in range(bins):
+        m = idx == b
+        if m.any():
+            centers.append(float(x[m].mean()))
+            means.append(float(y[m].mean()))
+    return np.array(centers), np.array(means)
+
+
+def tree_budget(steps_csv: str | os.PathLike, out_pdf: str | os.PathLike, title: Mapping[str, Any] | str,
+                max_responses: int = 6) -> None:
+    """Adaptive BASTION's tree size over the steps of the longest responses and against the context."""
+    what = "tree_budget"
+    df = read_csvs(steps_csv)
+    require(df, ["model", "dataset", "temperature", "method", "prompt_index", "turn", "step", "tree_size",
+                  "context"], what)
+    rows = df[df["method"] == "bastion"]
+    if rows.empty:
+        raise ValueError(f"{what}: no steps of adaptive bastion (found: {sorted(set(df['method']))})")
+    panels = combos(rows)
+    plt = pyplot()
+    height = 0.6 + 3.6 * len(panels)
+    fig, axes = plt.subplots(len(panels), 2, figsize=(12.5, height), squeeze=False)
+    for k, (model, temp) in enumerate(panels):
+        sub = rows[(rows["model"] == model) & (rows["temperature"] == temp)]
+        left, right = axes[k]
+        keys = ["dataset", "prompt_index", "turn"]
+        lengths = sub.groupby(keys).size().sort_values(ascending=False, kind="stable")
+        for i, key in enumerate(lengths.index[:max_responses]):
+            d, p, t = key
+            resp = sub[(sub["dataset"] == d) & (sub["prompt_index"] == p) & (sub["turn"] == t)].sort_values("step")
+            label = f"{d} #{p}" + (f" turn {t}" if int(t) else "")
+            left.step(resp["step"], resp["tree_size"], where="post", linewidth=1.2, label=label,
+                      color=EXTRA_COLORS[i % len(EXTRA_COLORS)])
+        log2_axis(left, "y", sub["tree_size"].to_numpy(dtype=float))
+        left.set_xlabel("Decoding step")
+        left.set_ylabel("Tree size (nodes verified)")
+        left.set_title(f"{combo_label(model, temp)}: {min(max_responses, len(lengths))} longest responses",
+                       fontsize=10)
+        left.legend(fontsize=7, ncol=2)
+        left.grid(alpha=0.3)
+
+        pts = sub if len(sub) <= MAX_SCATTER else sub.sample(MAX_SCATTER, random_state=0)
+        right.scatter(pts["context"], pts["tree_size"], s=6, alpha=0.25, color=COLORS["bastion"],
+                      label=f"steps ({len(sub)}{', sampled' if len(sub) > MAX_SCATTER else ''})", rasterized=True)
+        cx, cy = _binned_means(sub["context"].to_numpy(dtype=float), sub["tree_size"].to_numpy(dtype=float))
+        right.plot(cx, cy, "o-", color="black", linewidth=1.5, markersize=4, label="binned mean")
+        log2_axis(right, "y", sub["tree_size"].to_numpy(dtype=float))
+        right.set_xlabel("Context length (tokens)")
+        right.set_ylabel("Tree size (nodes verified)")
+        right.set_title(f"{combo_label(model, temp)}: tree size against context", fontsize=10)
+        right.legend(fontsize=8)
+        right.grid(alpha=0.3)
+    suptitle(fig, title_text(title, "BASTION adaptive tree budget"), height)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.38 / height))
+    save(fig, out_pdf)
+
+
+# --------------------------------------------------------------------------- cost model fit
+
+
+def _log_axes_125(ax, lo: float, hi: float) -> None:
+    """Log x and y axes labelled at 1-2-5 values in plain numbers (no overlapping minor labels)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
+    ticks = [m * 10.0 ** e for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
+             for m in (1, 2, 5)]
+    ticks = [t for t in ticks if lo <= t <= hi]
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(FixedLocator(ticks))
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        axis.set_minor_formatter(NullFormatter())
+
+
+def cost_model_fit(grid_jsons: Sequence[str | os.PathLike], models: Sequence[str] | None,
+                   out_pdf: str | os.PathLike, title: Mapping[str, Any] | str) -> None:
+    """Predicted against measured verification latency, one panel per model's calibration grid."""
+    what = "cost_model_fit"
+    if isinstance(grid_jsons, (str, os.PathLike)):
+        grid_jsons = [grid_jsons]
+    grid_jsons = list(grid_jsons)
+    names = list(models) if models is not None and len(models) == len(grid_jsons) else \
+        [Path(p).parent.name for p in grid_jsons]
+    panels = []
+    for name, path in zip(names, grid_jsons):
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        pts = [p for p in data.get("points", [])
+               if p.get("predicted_s") is not None and p.get("latency_s") is not None]
+        if pts:
+            panels.append((name, pts, data.get("report", {})))
+    if not panels:
+        raise ValueError(f"{what}: no calibration points with a prediction in {[str(p) for p in grid_jsons]}")
+    nr, nc = grid_shape(len(panels), 3)
+    plt = pyplot()
+    height = 0.6 + 4.2 * nr
+    fig, axes = plt.subplots(nr, nc, figsize=(5.2 * nc, height), squeeze=False)
+    for k, (name, pts, report) in enumerate(panels):
+        ax = axes.flat[k]
+        meas = np.array([p["latency_s"] for p in pts], dtype=float) * 1e3
+        pred = np.array([p["predicted_s"] for p in pts], dtype=float) * 1e3
+        held = np.array([bool(p.get("heldout")) for p in pts])
+
+        def _pct(key: str, mask: np.ndarray) -> float:
+            v = report.get(key)
+            if v is not None and np.isfinite(v):
+                return 100.0 * float(v)
+            return 100.0 * float(np.mean(np.abs(pred[mask] - meas[mask]) / meas[mask])) if mask.any() else np.nan
+
+        in_mape, out_mape = _pct("in_sample_mape", ~held), _pct("heldout_mape", held)
+        ax.scatter(meas[~held], pred[~held], s=18, color=COLORS["dflash"], alpha=0.75,
+                   label=f"fit points ({int((~held).sum())}), MAPE {in_mape:.1f}%")
+        if held.any():
+            extra = report.get("heldout_max_ape")
+            mx = f", max {100 * extra:.1f}%" if extra is not None else ""
+            ax.scatter(meas[held], pred[held], s=46, marker="^", color="#C44E52", edgecolor="black",
+                       linewidth=0.5, label=f"held out ({int(held.sum())}), MAPE {out_mape:.1f}%{mx}", zorder=4)
+        both = np.concatenate([meas, pred])
+        both = both[np.isfinite(both) & (both > 0)]
+        lo, hi = both.min() / 1.15, both.max() * 1.15
+        ax.plot([lo, hi], [lo, hi], "k--", linewidth=1, label="identity (y = x)")
+        if hi / lo > 10:
+            _log_axes_125(ax, lo, hi)
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.set_aspect("equal", adjustable="box")
+        ax.set_xlabel("Measured verification latency (ms)")
+        ax.set_ylabel("Predicted verification latency (ms)")
+        ax.set_title(f"{name}: held-out MAPE {out_mape:.1f}%" if held.any() else f"{name}: MAPE {in_mape:.1f}%",
+                     fontsize=10)
+        ax.legend(fontsize=7, loc="upper left")
+        ax.grid(alpha=0.3)
+    for ax in axes.flat[len(panels):]:
+        ax.axis("off")
+    suptitle(fig, title_text(title, "Cost model fit"), height)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.38 / height))
+    save(fig, out_pdf)
