@@ -21,18 +21,21 @@ import pytest
 from pipeline_support import SNAKEMAKE, copy_checkout, env, hardware_key, planned, smk
 
 
+CLEAN_RUN: dict[str, float] = {}
+
+
 @pytest.fixture(scope="module")
 def work(tmp_path_factory):
     work = tmp_path_factory.mktemp("pipeline")
     copy_checkout(work)
     t0 = time.monotonic()
     smk(work, "--cores", "1", "figures/speedup_table.pdf", timeout=900)
-    work.clean_run_seconds = time.monotonic() - t0  # type: ignore[attr-defined]
+    CLEAN_RUN["seconds"] = time.monotonic() - t0
     return work
 
 
 def test_clean_run_builds_the_table_offline(work):
-    assert work.clean_run_seconds < 600, f"clean run took {work.clean_run_seconds:.0f} s"
+    assert CLEAN_RUN["seconds"] < 600, f"clean run took {CLEAN_RUN['seconds']:.0f} s"
     rows = list(csv.DictReader(open(work / "figures/speedup_table.csv")))
     datasets = [r[next(iter(r))] for r in rows]
     assert datasets[-1] == "Average" and {"humaneval-pkg", "stdlib-heldout"} <= set(datasets)
@@ -59,7 +62,7 @@ def test_clean_run_builds_the_table_offline(work):
 
 
 def test_second_run_does_nothing(work):
-    assert planned(work, "figures/speedup_table.pdf") == {}
+    assert planned(work, "--", "figures/speedup_table.pdf") == {}
 
 
 def test_lint_and_paper_plan_without_network(work):
@@ -84,12 +87,12 @@ def test_library_source_change_reruns_calibration_and_decoding(work):
     original = src.read_bytes()
     try:
         src.write_bytes(original + b"\n# an edit to the tree code\n")
-        plan = planned(work, "figures/speedup_table.pdf")
+        plan = planned(work, "--", "figures/speedup_table.pdf")
         assert plan.get("calibrate_latency") == 1 and plan.get("decode") == 12
         assert "prepare_dataset" not in plan
     finally:
         src.write_bytes(original)
-    assert planned(work, "figures/speedup_table.pdf") == {}  # same content again: nothing to do
+    assert planned(work, "--", "figures/speedup_table.pdf") == {}  # same content again: nothing to do
 
 
 def test_sample_count_change_reruns_that_dataset_only(work, tmp_path):
@@ -103,21 +106,21 @@ def test_sample_count_change_reruns_that_dataset_only(work, tmp_path):
     assert "humaneval-pkg/t0" not in "".join(l for l in dry.stdout.splitlines() if l.strip().startswith("output:"))
 
 
-@pytest.mark.parametrize("override,needle", [
-    ("experiment=nope", "unknown experiment 'nope'"),
-    ("models={}", "experiments.tiny.models"),
-])
-def test_bad_configuration_fails_before_any_job(work, override, needle):
-    res = smk(work, "-n", "--config", override, check=False)
-    assert res.returncode != 0 and needle in res.stdout + res.stderr
+def test_unknown_experiment_fails_before_any_job(work):
+    res = smk(work, "-n", "--config", "experiment=nope", check=False)
+    assert res.returncode != 0 and "unknown experiment 'nope'" in res.stdout + res.stderr
 
 
-def test_bad_dataset_and_temperature_in_config_file(work, tmp_path):
+def test_bad_dataset_model_and_temperature_in_config_file(work, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("experiments:\n  tiny:\n    datasets:\n      gsm9k: {max_samples: 2}\n")
     res = smk(work, "-n", "--configfile", "config.yaml", str(bad), check=False)
     out = res.stdout + res.stderr
     assert res.returncode != 0 and "experiments.tiny.datasets.gsm9k" in out and "gsm8k" in out
+    bad.write_text("experiments:\n  tiny:\n    models: [tiny, nope]\n")
+    res = smk(work, "-n", "--configfile", "config.yaml", str(bad), check=False)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and "experiments.tiny.models" in out and "unknown model 'nope'" in out
     bad.write_text("experiments:\n  tiny:\n    temperatures: [zero]\n")
     res = smk(work, "-n", "--configfile", "config.yaml", str(bad), check=False)
     out = res.stdout + res.stderr
@@ -156,6 +159,7 @@ def test_killed_decode_job_resumes_without_loss_or_duplicates(work):
         proc.wait()
     assert not (work / target).exists()
     done_before = len(partial.read_text().splitlines())
+    smk(work, "--unlock")  # the killed snakemake left its lock behind
     smk(work, "--cores", "1", "--rerun-incomplete", target)
     log = (work / f"logs/decode/{hw}/tiny/stdlib-heldout/t0/dflash.log").read_text()
     assert re.search(r"\[resume\] [2-5] of 6 prompts already done", log), log[-2000:]
