@@ -169,6 +169,19 @@ def test_killed_decode_job_resumes_without_loss_or_duplicates(work):
     assert not partial.exists() and done_before >= 2
 
 
+def test_sharded_cell_merges_to_the_same_records(work):
+    hw = hardware_key(work)
+    target = f"results/{hw}/tiny/humaneval-pkg/t0/bastion.jsonl"
+    before = [json.loads(l) for l in open(work / target)]
+    (work / target).unlink()
+    smk(work, "--cores", "2", "--config", "shards=2", "--", target)
+    shards = [[json.loads(l)["prompt_index"] for l in open(work / f"results/{hw}/tiny/humaneval-pkg/t0/shards/bastion.{i}.jsonl")]
+              for i in range(2)]
+    assert shards == [[0, 2, 4], [1, 3, 5]]  # each prompt in exactly one shard
+    after = [json.loads(l) for l in open(work / target)]
+    assert [(r["prompt_index"], r["output_ids"]) for r in after] == [(r["prompt_index"], r["output_ids"]) for r in before]
+
+
 def test_hardware_switch_reruns_only_the_new_key(work):
     old = hardware_key(work)
     keys = 'hardware_keys={"alt-cpu": {"device_pattern": "."}}'
