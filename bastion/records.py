@@ -32,10 +32,6 @@ def run_key(settings: dict[str, Any]) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def prompt_hash(turns: Sequence[str]) -> str:
-    return hashlib.sha256("\x1e".join(turns).encode()).hexdigest()[:16]
-
-
 def make_record(
     result: GenerationResult,
     *,
