@@ -1,4 +1,12 @@
-"""Shared look of the figures: Agg backend, text kept as text, colours, layout helpers."""
+"""Shared look of the figures: Agg backend, text kept as text, colours, layout helpers.
+
+Every function writes one PDF (one figure, one panel per (model, temperature) where the
+data has several), with text kept as text (``pdf.fonttype`` 42) so titles and labels can
+be searched and extracted.  ``title`` is the rules' ``params.title`` dict
+``{hardware, experiment, models}`` or a ready string.  A function whose input lacks every
+row it needs raises ValueError; missing categories (a method, a dataset, a temperature)
+are simply left out of the figure.
+"""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """Per-step and calibration figures: acceptance lengths, tree budgets, the cost-model fit.
 
-Every function writes one PDF (one figure, one panel per (model, temperature) where the
-data has several), with text kept as text (``pdf.fonttype`` 42) so titles and labels can
-be searched and extracted.  ``title`` is the rules' ``params.title`` dict
-``{hardware, experiment, models}`` or a ready string.  A function whose input lacks every
-row it needs raises ValueError; missing categories (a method, a dataset, a temperature)
-are simply left out of the figure.
+The conventions every figure follows are in :mod:`bastion.plot_style`.
 """
 
 from __future__ import annotations
@@ -18,13 +13,6 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .tables import (
-    combo_label,
-    combos,
-    method_label,
-    read_csvs,
-    title_text,
-)
 from .plot_style import (
     COLORS,
     EXTRA_COLORS,
@@ -37,7 +25,13 @@ from .plot_style import (
     save,
     suptitle,
 )
-
+from .tables import (
+    combo_label,
+    combos,
+    method_label,
+    read_csvs,
+    title_text,
+)
 
 # --------------------------------------------------------------------------- acceptance length
 
