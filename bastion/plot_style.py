@@ -77,3 +77,11 @@ def log2_axis(ax, axis: str, values: np.ndarray) -> None:
         getattr(ax, f"{axis}axis").set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     elif values.size:
         getattr(ax, f"set_{axis}lim")(0, values.max() * 1.2)
+
+
+def panel_figure(n_panels: int, panel_width: float, row_height: float, max_cols: int = 2):
+    """A grid of panels (one per (model, temperature)); returns (fig, axes [rows, cols], height)."""
+    nr, nc = grid_shape(n_panels, max_cols)
+    height = 0.6 + row_height * nr
+    fig, axes = pyplot().subplots(nr, nc, figsize=(panel_width * nc, height), squeeze=False)
+    return fig, axes, height

@@ -16,8 +16,7 @@ from .plot_style import (
     EXTRA_COLORS,
     SPEEDUP_LABEL,
     color,
-    grid_shape,
-    pyplot,
+    panel_figure,
     require,
     save,
     suptitle,
@@ -60,11 +59,8 @@ def speedup_bars(cells_csv: str | os.PathLike, out_pdf: str | os.PathLike, title
     panels = combos(rows)
     datasets = order_datasets(rows["dataset"])
     groups = [AVERAGE] + datasets
-    nr, nc = grid_shape(len(panels), 2)
     pw = max(5.0, 0.9 + len(groups) * (0.35 + 0.42 * len(shown))) + 1.6
-    plt = pyplot()
-    height = 0.6 + 3.8 * nr
-    fig, axes = plt.subplots(nr, nc, figsize=(pw * nc, height), squeeze=False)
+    fig, axes, height = panel_figure(len(panels), pw, 3.8)
     width = 0.8 / max(len(shown), 1)
     for k, (model, temp) in enumerate(panels):
         ax = axes.flat[k]
@@ -124,10 +120,7 @@ def budget_ablation(cells_csv: str | os.PathLike, out_pdf: str | os.PathLike,
     adaptive = df[df["method"] == "bastion"]
     dflash = df[df["method"] == "dflash"]
     panels = combos(fixed)
-    nr, nc = grid_shape(len(panels), 2)
-    plt = pyplot()
-    height = 0.6 + 3.8 * nr
-    fig, axes = plt.subplots(nr, nc, figsize=(8.4 * nc, height), squeeze=False)
+    fig, axes, height = panel_figure(len(panels), 8.4, 3.8)
     for k, (model, temp) in enumerate(panels):
         ax = axes.flat[k]
         sel = (fixed["model"] == model) & (fixed["temperature"] == temp)
@@ -197,11 +190,8 @@ def hardware_comparison(cells_csvs: Sequence[str | os.PathLike] | str | os.PathL
         raise ValueError(f"{what}: no non-AR cells (found: {sorted(set(df['method']))})")
     hardware = list(dict.fromkeys(sorted(set(rows["hardware"]))))
     panels = combos(rows)
-    nr, nc = grid_shape(len(panels), 2)
-    plt = pyplot()
-    height = 0.6 + 3.8 * nr
     pw = max(5.0, 1.2 + len(shown) * (0.5 + 0.55 * len(hardware))) + 1.8
-    fig, axes = plt.subplots(nr, nc, figsize=(pw * nc, height), squeeze=False)
+    fig, axes, height = panel_figure(len(panels), pw, 3.8)
     width = 0.8 / len(hardware)
     for k, (model, temp) in enumerate(panels):
         ax = axes.flat[k]

@@ -18,8 +18,8 @@ from .plot_style import (
     EXTRA_COLORS,
     MAX_SCATTER,
     color,
-    grid_shape,
     log2_axis,
+    panel_figure,
     pyplot,
     require,
     save,
@@ -47,10 +47,7 @@ def acceptance_length(steps_csv: str | os.PathLike, out_pdf: str | os.PathLike,
     if rows.empty:
         raise ValueError(f"{what}: no steps of dflash or bastion (found: {sorted(set(df['method']))})")
     panels = combos(rows)
-    nr, nc = grid_shape(len(panels), 2)
-    plt = pyplot()
-    height = 0.6 + 3.6 * nr
-    fig, axes = plt.subplots(nr, nc, figsize=(6.2 * nc, height), squeeze=False)
+    fig, axes, height = panel_figure(len(panels), 6.2, 3.6)
     for k, (model, temp) in enumerate(panels):
         ax = axes.flat[k]
         sub = rows[(rows["model"] == model) & (rows["temperature"] == temp)]
@@ -186,10 +183,7 @@ def cost_model_fit(grid_jsons: Sequence[str | os.PathLike], models: Sequence[str
             panels.append((name, pts, data.get("report", {})))
     if not panels:
         raise ValueError(f"{what}: no calibration points with a prediction in {[str(p) for p in grid_jsons]}")
-    nr, nc = grid_shape(len(panels), 3)
-    plt = pyplot()
-    height = 0.6 + 4.2 * nr
-    fig, axes = plt.subplots(nr, nc, figsize=(5.2 * nc, height), squeeze=False)
+    fig, axes, height = panel_figure(len(panels), 5.2, 4.2, max_cols=3)
     for k, (name, pts, report) in enumerate(panels):
         ax = axes.flat[k]
         meas = np.array([p["latency_s"] for p in pts], dtype=float) * 1e3
