@@ -43,14 +43,8 @@ STATE_DIR=$(cd "$STATE_DIR" && pwd -P)
 ENV_FILE=$STATE_DIR/cluster.env
 
 # --- refuse to fight with a cluster that is already running -----------------
-pid_alive() {  # pid_alive PID NAME -> true if PID is a live (non-zombie) NAME
-    local pid=${1:-} name=$2 stat rest
-    [ -n "$pid" ] || return 1
-    stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
-    rest=${stat##*) }                       # fields after "(comm) "
-    case "${rest%% *}" in Z|X|x) return 1 ;; esac   # zombie/dead: exited
-    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$name" ]
-}
+# shellcheck source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 if [ -f "$ENV_FILE" ]; then
     # shellcheck disable=SC1090
     ( . "$ENV_FILE"; pid_alive "${SLURMCTLD_PID:-}" slurmctld || pid_alive "${SLURMD_PID:-}" slurmd ) \
