@@ -25,25 +25,34 @@ for K in 2 1; do
   HW=$(python3 -c "from bastion.hardware import detect_key; print(detect_key())")
   T=""; for d in humaneval-pkg stdlib-heldout; do for m in ar dflash bastion; do T="$T results/$HW/tiny/$d/t0/$m.jsonl"; done; done
   t0=$(date +%s.%N)
-  timeout 150 python3 -m snakemake --cores 8 --resources gpu=$K --configfile config.yaml /tmp/overlay.yaml -- $T > "$OUT/run$K.log" 2>&1
+  LIM=$([ $K = 1 ] && echo 330 || echo 220)
+  timeout $LIM python3 -m snakemake --cores 8 --resources gpu=$K --configfile config.yaml /tmp/overlay.yaml -- $T > "$OUT/run$K.log" 2>&1
   rc=$?; t1=$(date +%s.%N)
   echo "gpu=$K rc=$rc wall_s=$(python3 -c "print(round($t1-$t0,1))")" | tee -a "$OUT/env.txt"
   grep -r "\[gpu-slot\]" logs | sort -t' ' -k2 > "$OUT/slots$K.txt"
   cd "$SRC"
 done
 python3 - "$OUT" <<'PY' | tee "$OUT/summary.txt"
-import json, sys, glob, os
-out = sys.argv[1]
+# Per cell: prompts present in both runs, and how many T=0 outputs are token-identical.
+import json, sys, glob
 def load(k):
-    recs = {}
-    for p in glob.glob(f"/tmp/run{k}/results/*/tiny/*/t0/*.jsonl"):
+    cells = {}
+    for p in sorted(glob.glob(f"/tmp/run{k}/results/*/tiny/*/t0/*.jsonl")):
         for line in open(p):
             r = json.loads(line)
-            recs[(r["dataset"], r["method"], r["prompt_index"])] = (r["output_ids"], r["fingerprint"]["cuda_visible_devices"])
-    return recs
-a, b = load(2), load(1)
-print("records gpu=2:", len(a), "gpu=1:", len(b))
-print("identical T=0 outputs:", bool(a) and {k: v[0] for k, v in a.items()} == {k: v[0] for k, v in b.items()})
-print("devices used gpu=2:", sorted({v[1] for v in a.values()}), "gpu=1:", sorted({v[1] for v in b.values()}))
+            cell = cells.setdefault((r["dataset"], r["method"]), {})
+            cell[r["prompt_index"]] = (r["output_ids"], r["fingerprint"]["cuda_visible_devices"])
+    return cells
+two, one = load(2), load(1)
+print(f"{'cell':32s} {'n(gpu=2)':>8s} {'n(gpu=1)':>8s} {'identical':>9s}  devices gpu=2 / gpu=1")
+total = same = 0
+for cell in sorted(set(two) | set(one)):
+    a, b = two.get(cell, {}), one.get(cell, {})
+    common = sorted(set(a) & set(b))
+    eq = sum(a[i][0] == b[i][0] for i in common)
+    total += len(common); same += eq
+    print(f"{'/'.join(cell):32s} {len(a):8d} {len(b):8d} {eq:4d}/{len(common):<4d}  "
+          f"{sorted({v[1] for v in a.values()})} / {sorted({v[1] for v in b.values()})}")
+print(f"cells: gpu=2 {len(two)}, gpu=1 {len(one)}; identical T=0 outputs: {same}/{total}")
 PY
 ls -la "$OUT"
