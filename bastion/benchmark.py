@@ -22,7 +22,8 @@ import torch
 
 from . import datasets, fingerprint, hardware, models, records
 from .calibrate import Calibration, CalibrationError, Grid, calibrate, calibration_path, check_writable, profile_overheads
-from .decoding import METHODS, Decoder
+from .decoding import METHODS
+from .engines import ENGINES, Engine
 from .prompts import PromptBuilder
 from .tree import TreePolicy
 
@@ -48,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", default=None, help="write one JSON record per (prompt, turn, method) to this .jsonl")
     p.add_argument("--cache-dir", default="cache", help="calibration (and prepared dataset) cache directory")
     p.add_argument("--attn-impl", default="sdpa", choices=["sdpa", "eager"])
+    p.add_argument("--engine", default="eager", choices=list(ENGINES),
+                   help="eager: Transformers layers step by step; static: preallocated buffers and CUDA graphs")
     p.add_argument("--n-min", type=int, default=32, help="BASTION: minimum tree size and bucket width")
     p.add_argument("--n-max", type=int, default=8192, help="BASTION: maximum tree size")
     p.add_argument("--topk", type=int, default=128, help="BASTION: candidate tokens per depth (<= 128)")
@@ -117,9 +120,9 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         torch.distributed.init_process_group(backend=backend)
     device = hardware.resolve_device(args.device, local_rank if world > 1 else None)
     dtype = hardware.resolve_dtype(args.dtype, device)
-    fp_now = fingerprint.collect(device, dtype, args.attn_impl)
+    fp_now = fingerprint.collect(device, dtype, args.attn_impl, args.engine)
     hw_key = fingerprint.hardware_key(fp_now) if args.hardware == "auto" else args.hardware
-    cal_path = Path(args.calibration) if args.calibration else calibration_path(args.cache_dir, hw_key, model_name)
+    cal_path = Path(args.calibration) if args.calibration else calibration_path(args.cache_dir, hw_key, model_name, args.engine)
     adaptive = "bastion" in methods and args.budget is None
     if adaptive and args.calibration and not cal_path.exists():
         raise UsageError(f"--calibration {cal_path} does not exist; omit it to calibrate into --cache-dir")
@@ -141,17 +144,19 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 )
             drafter.config.block_size = args.block_size
     builder = PromptBuilder(tokenizer, args.enable_thinking)
+    engine = Engine(args.engine, target, drafter, n_max=max(policy.n_max, policy.budget or 0),
+                    max_context=args.max_new_tokens + 2048)
 
     # 3. calibration (adaptive BASTION only): rank 0 makes it, the others wait
     cal = None
     if adaptive:
-        cal = _calibration(args, target, drafter, policy, builder, prompts, model_name, fp_now, cal_path, device, rank, world, log)
+        cal = _calibration(args, engine, policy, builder, prompts, model_name, fp_now, cal_path, device, rank, world, log)
 
     # 4. decode, resuming from a partial output
     if cal is not None and cal.max_s < policy.n_max:
         # never extrapolate the cost model past the largest tree it was fitted on
         policy = replace(policy, n_max=max(cal.max_s, policy.n_min))
-    decoders = {m: Decoder(target, m, drafter, policy, cal and cal.cost_model, cal and cal.overheads) for m in methods}
+    decoders = {m: engine.decoder(m, policy, cal and cal.cost_model, cal and cal.overheads) for m in methods}
     settings = {
         "model": target_ref, "draft_model": drafter_ref if need_drafter else None, "dataset": args.dataset,
         "max_samples": args.max_samples, "data_seed": args.data_seed, "max_new_tokens": args.max_new_tokens,
@@ -220,7 +225,7 @@ def _decode_prompt(idx, prompt, decoders, methods, builder, stops, args, base) -
     return out
 
 
-def _calibration(args, target, drafter, policy, builder, prompts, model_name, fp_now, path, device, rank, world, log) -> Calibration:
+def _calibration(args, engine, policy, builder, prompts, model_name, fp_now, path, device, rank, world, log) -> Calibration:
     hw_key = fingerprint.hardware_key(fp_now)
     if rank == 0 and not args.calibration and (args.recalibrate or not path.exists()):
         check_writable(args.cache_dir, path)
@@ -230,9 +235,10 @@ def _calibration(args, target, drafter, policy, builder, prompts, model_name, fp
         probe_ids = builder.encode([], prompts[0]["turns"][0])
         probe_policy = TreePolicy(n_min=policy.n_min, n_max=policy.n_max, topk=policy.topk, budget=2 * policy.n_min)
         cal = calibrate(
-            target, model_name, fp_now, grid,
-            overheads_fn=lambda _cm: profile_overheads(lambda: Decoder(target, "bastion", drafter, probe_policy), probe_ids),
+            engine.target, model_name, fp_now, grid,
+            overheads_fn=lambda _cm: profile_overheads(lambda: engine.decoder("bastion", probe_policy), probe_ids),
             log=log,
+            static=engine.verify_probe(),
         )
         cal.save(path)
         log(f"[calibrate] wrote {path} ({cal.seconds:.1f}s)")

@@ -98,12 +98,14 @@ class Grid:
 
 
 def probe_grid(
-    target: Target, grid: Grid, seed: int = 0, progress: Callable[[int, int], None] | None = None
+    target: Target, grid: Grid, seed: int = 0, progress: Callable[[int, int], None] | None = None, static=None
 ) -> list[dict[str, float]]:
     """Median verification latency at every grid point.
 
-    Each context length is prefilled once; every tree-size measurement verifies ``s``
-    tokens under a chain mask and crops the cache back, exactly like a decode step.
+    Eager: each context length is prefilled once; every tree-size measurement verifies
+    ``s`` tokens under a chain mask and crops the cache back, exactly like a decode step.
+    With ``static`` (a :class:`~bastion.static_engine.StaticEngine`) every point replays
+    that engine's own verification graph for (s, attention window).
     """
     device = target.device
     gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -114,30 +116,43 @@ def probe_grid(
     if len(points) < 8:
         raise CalibrationError(f"only {len(points)} grid points fit the target's {target.max_positions} positions")
     total, done = len(points), 0
+    if static is not None:  # one allocation for the whole grid (growing drops captured graphs)
+        static.ensure_capacity(max(c + s for s, c in points))
     for c in grid.c_values:
         s_values = [s for s, cc in points if cc == c]
         if not s_values:
             continue
-        cache = target.new_cache(capacity=c + max(s_values))
-        ctx = torch.randint(0, vocab, (1, c), generator=gen).to(device)
-        target.forward(ctx, torch.arange(c, device=device)[None], None, cache, features=False)
+        if static is None:
+            cache = target.new_cache(capacity=c + max(s_values))
+            ctx = torch.randint(0, vocab, (1, c), generator=gen).to(device)
+            target.forward(ctx, torch.arange(c, device=device)[None], None, cache, features=False)
         for s in s_values:
             ids = torch.randint(0, vocab, (1, s), generator=gen).to(device)
-            pos = torch.arange(c, c + s, device=device)[None]
-            mask = torch.ones(1, 1, s, c + s, dtype=torch.bool, device=device)
-            mask[0, 0, :, c:] = torch.ones(s, s, dtype=torch.bool, device=device).tril_()
-
-            def step() -> None:
-                out = target.forward(ids, pos, mask, cache, features=False)
-                target.logits(out.hidden[0])
-                cache.crop(c)
-
+            if static is not None:
+                step = static.probe(ids[0], c)
+            else:
+                step = _eager_step(target, cache, ids, c)
             med, std = _median_time(step, device, grid.warmup, grid.repeats)
             rows.append({"s": s, "c": c, "latency_s": med, "std_s": std})
             done += 1
             if progress:
                 progress(done, total)
     return rows
+
+
+def _eager_step(target: Target, cache, ids: torch.Tensor, c: int) -> Callable[[], None]:
+    """Verify ``ids`` [1, s] as a chain after ``c`` cached tokens, then crop back."""
+    s, device = ids.shape[1], ids.device
+    pos = torch.arange(c, c + s, device=device)[None]
+    mask = torch.ones(1, 1, s, c + s, dtype=torch.bool, device=device)
+    mask[0, 0, :, c:] = torch.ones(s, s, dtype=torch.bool, device=device).tril_()
+
+    def step() -> None:
+        out = target.forward(ids, pos, mask, cache, features=False)
+        target.logits(out.hidden[0])
+        cache.crop(c)
+
+    return step
 
 
 def fit_probe(rows: Sequence[dict[str, float]], shape: ModelShape, peaks: HardwarePeaks, holdout_every: int):
@@ -258,8 +273,10 @@ def model_slug(name: str) -> str:
     return name.strip("/").replace("/", "--").replace(" ", "_")
 
 
-def calibration_path(cache_dir: str | os.PathLike, hw_key: str, model: str) -> Path:
-    return Path(cache_dir) / f"calibration_{hw_key}_{model_slug(model)}.json"
+def calibration_path(cache_dir: str | os.PathLike, hw_key: str, model: str, engine: str = "eager") -> Path:
+    """Per (hardware, model, engine): each engine has its own latency curve."""
+    suffix = "" if engine == "eager" else f"_{engine}"
+    return Path(cache_dir) / f"calibration_{hw_key}_{model_slug(model)}{suffix}.json"
 
 
 def check_writable(cache_dir: str | os.PathLike, path: Path) -> None:
@@ -287,6 +304,7 @@ def calibrate(
     grid: Grid,
     overheads_fn: Callable[[CostModel], StepOverheads],
     log: Callable[[str], None] = print,
+    static=None,
 ) -> Calibration:
     """Measure peaks, probe the grid, fit, then profile the step overheads."""
     t0 = time.perf_counter()
@@ -294,7 +312,8 @@ def calibrate(
     peaks = measure_peaks(target.device, target.dtype)
     log(f"[calibrate] peaks: {peaks.flops_per_s / 1e12:.2f} TFLOP/s, {peaks.bytes_per_s / 1e9:.1f} GB/s")
     step = max(1, len(grid.points()) // 8)
-    rows = probe_grid(target, grid, progress=lambda d, t: log(f"[calibrate] grid {d}/{t}") if d % step == 0 else None)
+    rows = probe_grid(target, grid, progress=lambda d, t: log(f"[calibrate] grid {d}/{t}") if d % step == 0 else None,
+                      static=static)
     model_obj, report = fit_probe(rows, shape, peaks, grid.holdout_every)
     log(
         f"[calibrate] fit {model_obj.params}; in-sample MAPE {report['in_sample_mape']:.1%}, "

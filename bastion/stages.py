@@ -20,7 +20,7 @@ import torch
 from . import fingerprint, hardware, models
 from .calibrate import Calibration, Grid, fit_probe, measure_peaks, probe_grid, profile_overheads, write_json_atomic
 from .cost_model import HardwarePeaks, ModelShape
-from .decoding import Decoder
+from .engines import Engine
 from .tree import TreePolicy
 
 
@@ -49,9 +49,13 @@ def calibrate_latency(out: str, model_json: str, hardware_json: str, grid_name: 
     dt = hardware.resolve_dtype(dtype, dev)
     fp_now = fingerprint.collect(dev, dt, attn_impl, engine)
     _same_stack(hw["fingerprint"], fp_now, hardware_json)
-    target = models.load_target(read_json(model_json)["target"], dt, dev, attn_impl)
+    paths = read_json(model_json)
+    target = models.load_target(paths["target"], dt, dev, attn_impl)
     grid = Grid.named(grid_name)
-    rows = probe_grid(target, grid)
+    # the static engine's probe taps the drafter's layers, as its decode steps do
+    drafter = models.load_drafter(paths["drafter"], dt, dev) if engine == "static" else None
+    probe_engine = Engine(engine, target, drafter, n_max=max(s for s, _ in grid.points()))
+    rows = probe_grid(target, grid, static=probe_engine.verify_probe())
     shape = ModelShape.from_config(target.config, torch.finfo(dt).bits // 8)
     cost, report = fit_probe(rows, shape, HardwarePeaks(**hw["peaks"]), grid.holdout_every)
     result = {"fingerprint": fp_now, "grid": asdict(grid), "points": rows, "cost_model": cost.to_dict(), "report": report}
@@ -76,7 +80,8 @@ def profile_constants(out: str, model_name: str, model_json: str, latency_json: 
     rng = random.Random(seed)
     probe = [rng.randrange(2, int(target.config.vocab_size)) for _ in range(128)]
     policy = TreePolicy(n_min=n_min, budget=2 * n_min)
-    overheads = profile_overheads(lambda: Decoder(target, "bastion", drafter, policy), probe)
+    eng = Engine(engine, target, drafter, n_max=policy.budget, max_context=len(probe) + 4 * n_min + 64)
+    overheads = profile_overheads(lambda: eng.decoder("bastion", policy), probe)
     cal = Calibration(
         model=model_name,
         fingerprint=fp_now,

@@ -216,6 +216,7 @@ def decode_params(wildcards):
         "device": EXP.get("device", "auto"),
         "dtype": EXP.get("dtype", "auto"),
         "attn_impl": config["attn_impl"],
+        "engine": config["engine"],
         "seed": config["seed"],
         "pattern": HW_PATTERN,
     }

@@ -17,7 +17,7 @@ with job_log(snakemake.log[0]), pinned(k["device"]):
         "--model", models["target"], "--draft-model", models["drafter"], "--dataset", snakemake.input.data,
         "--methods", k["method"], "--temperature", str(k["temperature"]), "--max-new-tokens", str(k["max_new_tokens"]),
         "--n-min", str(k["n_min"]), "--n-max", str(k["n_max"]), "--topk", str(k["topk"]),
-        "--device", k["device"], "--dtype", k["dtype"], "--attn-impl", k["attn_impl"], "--seed", str(k["seed"]),
+        "--device", k["device"], "--dtype", k["dtype"], "--attn-impl", k["attn_impl"], "--engine", k["engine"], "--seed", str(k["seed"]),
         "--data-seed", str(k["seed"]), "--calibration", snakemake.input.calibration,
         "--hardware", snakemake.wildcards.hardware, "--output", snakemake.output[0], "--model-name", snakemake.wildcards.model,
         "--dataset-name", snakemake.wildcards.dataset,

@@ -1,0 +1,63 @@
+"""Choosing the engine that calibrates and decodes: ``eager`` or ``static``.
+
+Both engines run the same methods with the same lossless semantics.  ``eager`` drives the
+Transformers layers step by step with growing caches; ``static`` preallocates every
+buffer and replays CUDA graphs (:mod:`bastion.static_engine`).  Calibration must use the
+engine that decodes, so everything that makes a decoder or probes verification latency
+goes through one :class:`Engine` object.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dflash import DFlashDraftModel
+
+from .cost_model import CostModel, StepOverheads
+from .decoding import Decoder
+from .target import Target
+from .tree import TreePolicy
+
+ENGINES = ("eager", "static")
+
+
+def check_engine(name: str) -> str:
+    if name not in ENGINES:
+        raise ValueError(f"unknown engine {name!r}; choose one of: {', '.join(ENGINES)}")
+    return name
+
+
+class Engine:
+    """Makes decoders for one (target, drafter) pair on the chosen engine.
+
+    The static engine's buffers and graphs are made on first use and shared by every
+    decoder this object makes (decoding is sequential at batch size 1).
+    """
+
+    def __init__(self, name: str, target: Target, drafter: DFlashDraftModel | None, n_max: int,
+                 max_context: int = 2048, graphs: bool = True) -> None:
+        self.name = check_engine(name)
+        self.target, self.drafter = target, drafter
+        self.n_max, self.max_context, self.graphs = n_max, max_context, graphs
+        self._static = None
+
+    @property
+    def static(self):
+        """The shared :class:`StaticEngine` (static engine only)."""
+        if self._static is None:
+            from .static_engine import StaticEngine
+
+            self._static = StaticEngine(self.target, self.drafter, self.max_context, self.n_max, graphs=self.graphs)
+        return self._static
+
+    def decoder(self, method: str, policy: TreePolicy | None = None, cost_model: CostModel | None = None,
+                overheads: StepOverheads | None = None) -> Any:
+        if self.name == "eager":
+            return Decoder(self.target, method, self.drafter, policy, cost_model, overheads)
+        from .static_decoding import StaticDecoder
+
+        return StaticDecoder(self.static, method, policy, cost_model, overheads)
+
+    def verify_probe(self):
+        """What the latency grid calls: None for eager (it drives the target directly)."""
+        return None if self.name == "eager" else self.static

@@ -1,0 +1,200 @@
+"""The decoding loop of the static engine: same methods, same outputs, one host sync a step.
+
+The eager :class:`bastion.decoding.Decoder` reads each step's accepted tokens before the
+next step starts.  Here the host reads them one step later, in the same transfer as the
+next tree's node count, which the host must know anyway to pick the verification graph.
+A step is therefore: draft, rank (both on device state the host has not read), read the
+readback vector (the step's one synchronisation), build, verify, commit.  Generation ends
+when a read shows a stop token or enough tokens; the draft issued after the final commit
+is discarded.  The emitted tokens, cut at stop tokens and ``max_new_tokens``, are those of
+the eager decoder.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Iterable, Sequence
+
+import torch
+
+from .accept import propose
+from .cost_model import CostModel, StepOverheads
+from .decoding import METHODS, GenerationResult, PositionLimitError, StepStats
+from .static_engine import StaticEngine, search_width
+from .tree import TreePolicy, bucket_size
+
+
+class StaticDecoder:
+    """Decodes one prompt at batch size 1 on a :class:`StaticEngine` (shared by all methods)."""
+
+    def __init__(
+        self,
+        engine: StaticEngine,
+        method: str,
+        policy: TreePolicy | None = None,
+        cost_model: CostModel | None = None,
+        overheads: StepOverheads | None = None,
+    ) -> None:
+        if method not in METHODS:
+            raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+        if method != "ar" and engine.drafter is None:
+            raise ValueError(f"method {method!r} needs a drafter")
+        self.policy = policy or TreePolicy()
+        if method == "bastion" and self.policy.budget is None and (cost_model is None or overheads is None):
+            raise ValueError("adaptive BASTION needs a calibrated cost model and step overheads (or a fixed budget)")
+        limit = self.policy.budget if self.policy.budget is not None else self.policy.n_max
+        if method == "bastion" and limit > engine.n_max:
+            raise ValueError(
+                f"the tree may grow to {limit} nodes but the static engine "
+                f"was built for n_max={engine.n_max}; build the engine with a larger n_max"
+            )
+        self.engine, self.method = engine, method
+        self.cost_model, self.overheads = cost_model, overheads
+        self.block_size = engine.block if method != "ar" else 1
+        self.target = engine.target
+
+    def check_fits(self, prompt_len: int, max_new_tokens: int) -> None:
+        need = prompt_len + max_new_tokens + self.engine.block
+        if need > self.target.max_positions:
+            raise PositionLimitError(
+                f"prompt of {prompt_len} tokens + max_new_tokens {max_new_tokens} + block {self.engine.block} "
+                f"= {need} positions, but the target supports {self.target.max_positions} "
+                "(max_position_embeddings); shorten the prompt or lower --max-new-tokens"
+            )
+
+    def _tree_size(self, got: int) -> int | None:
+        """The node count when the host knows it without reading the device."""
+        if self.method == "ar":
+            return 1
+        if self.method == "dflash":
+            return self.engine.block
+        if self.policy.budget is not None:
+            return min(self.policy.budget, got + 1)
+        return None
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompt_ids: Sequence[int] | torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        stop_token_ids: Iterable[int] = (),
+        generator: torch.Generator | None = None,
+        collect_stats: bool = False,
+    ) -> GenerationResult:
+        eng, method, policy = self.engine, self.method, self.policy
+        device = eng.device
+        ids = torch.as_tensor(prompt_ids, dtype=torch.long, device=device).view(1, -1)
+        prompt_len = ids.shape[1]
+        if prompt_len == 0:
+            raise ValueError("empty prompt: at least one token is needed")
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        self.check_fits(prompt_len, max_new_tokens)
+        if max_new_tokens == 0:
+            return GenerationResult([], prompt_len, 0.0, 0.0, "max_new_tokens")
+        # one step past the last commit may still draft and verify: leave it room
+        eng.ensure_capacity(prompt_len + max_new_tokens + eng.block)
+        stops = set(int(t) for t in stop_token_ids)
+        use_draft = method != "ar"
+        greedy = temperature <= 0
+        run = eng.runner
+        sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+        capture0 = run.capture_seconds
+
+        sync()
+        t0 = time.perf_counter()
+        last_hidden, feats = eng.prefill(ids, features=use_draft)
+        first = propose(self.target.logits(last_hidden), temperature, generator)  # [1]
+        eng.root.copy_(first[0])
+        output = [int(first.item())]
+        if method == "bastion":
+            eng.set_topk(min(policy.topk, self.target.lm_head.weight.shape[0],
+                             max((policy.budget or policy.n_max) - 1, 1)))
+        mode = "tree" if method == "bastion" else "chain"
+        if not greedy:
+            eng.logits_buffer()  # allocated before any graph that writes it is captured
+        if use_draft:  # the first draft takes in the whole prompt's features: one-off shape, eager
+            eng.pend_count.fill_(prompt_len)
+            eng.draft(eng.window(prompt_len), feats, mode, temperature)
+        sync()
+        t1 = time.perf_counter()
+
+        done = output[0] in stops or len(output) >= max_new_tokens
+        stop_reason = "stop_token" if output[0] in stops else "max_new_tokens"
+        steps: list[StepStats] = []
+        pending: StepStats | None = None  # the verified step whose tokens are not read yet
+        c = prompt_len  # committed length, as the host last read it
+        hint = 2 * policy.n_min
+        clock = (lambda: (sync(), time.perf_counter())[1]) if collect_stats else (lambda: 0.0)
+        fixed = self.overheads.fixed if self.overheads is not None else 0.0
+        first_step = True
+        while not done:
+            ta = clock()
+            if use_draft and not first_step:
+                kv_d = eng.window(c + eng.block)  # the context grows by at most one block per step
+                run(("draft", kv_d, mode, temperature, eng.topk), lambda: eng.draft(kv_d, eng.pend, mode, temperature))
+            tb = clock()
+            got = 0
+            if method == "bastion":
+                m = search_width(hint, policy) if policy.budget is None else max(policy.budget - 1, 1)
+                got = _rank(eng, m, policy, self.cost_model, fixed)
+            n = self._tree_size(got)
+            back = eng.readback.tolist()  # the step's one host synchronisation
+            if pending is not None:  # the previous step's tokens
+                a = back[0]
+                emitted = back[2 : 2 + a] + [back[-1]]
+                pending.committed = len(emitted)
+                steps.append(pending)
+                pending = None
+                c += a + 1
+                for tok in emitted:
+                    output.append(tok)
+                    if tok in stops:
+                        done, stop_reason = True, "stop_token"
+                        break
+                    if len(output) >= max_new_tokens:
+                        done, stop_reason = True, "max_new_tokens"
+                        break
+                if done:
+                    break
+            if n is None:  # adaptive: the rule's count; widen the search if it ran out of paths
+                n = back[1]
+                while n - 1 >= got and got == m and m < policy.n_max - 1:
+                    m = min(policy.n_max - 1, 4 * m)
+                    got = _rank(eng, m, policy, self.cost_model, fixed)
+                    n = int(eng.readback[1])
+                n = bucket_size(n, policy)
+                hint = 2 * n
+            first_step = False
+            kv = eng.window(c + n)
+            run(("build", method, n, eng.topk), lambda: eng.build(method, n))
+            tc = clock()
+            run(("verify", n, kv, greedy, use_draft), lambda: eng.verify(n, kv, greedy, use_draft))
+            td = clock()
+            if not greedy:  # sampling stays eager: the caller's generator drives it
+                eng.proposals[:n].copy_(propose(eng.logits_buffer()[:n], temperature, generator))
+            te = clock()
+            run(("commit", n, use_draft), lambda: eng.commit(n, use_draft), writes=eng.state())
+            tf = clock()
+            pending = StepStats(0, n, c, tb - ta, tc - tb, td - tc, te - td, tf - te)
+        sync()
+        t2 = time.perf_counter()
+        setup = run.capture_seconds - capture0  # graph captures are one-off work, not decoding
+        return GenerationResult(output[:max_new_tokens], prompt_len, t1 - t0, t2 - t1 - setup, stop_reason, steps)
+
+
+def _rank(eng: StaticEngine, m: int, policy: TreePolicy, cost_model, fixed: float) -> int:
+    """Rank ``m`` paths through a graph keyed by ``m``; return how many paths exist."""
+    got = min(m, _paths_available(eng.block - 1, eng.topk, m))
+    eng.runner(("rank", m, eng.topk, policy, id(cost_model), fixed), lambda: eng.rank(m, policy, cost_model, fixed))
+    return got
+
+
+def _paths_available(depths: int, k: int, m: int) -> int:
+    """How many paths ``_top_paths`` returns for m: per depth min(m, width * k), capped at m overall."""
+    total, width = 0, 1
+    for _ in range(depths):
+        width = min(m, width * k)
+        total += width
+    return min(total, m)

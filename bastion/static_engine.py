@@ -1,0 +1,279 @@
+"""The static engine's buffers and its per-step device functions.
+
+One :class:`StaticEngine` owns everything a decoding step reads or writes, allocated once
+(sized to the longest context plus the largest tree) so CUDA graphs can replay on fixed
+addresses: the target's and the drafter's KV caches, the committed length and root
+token, the features waiting to enter the drafter's context, the drafter's top-k table,
+the ranked draft paths, the compiled tree, the verifier's outputs and a small readback
+vector.  A step is five functions, each captured per shape key by :class:`GraphRunner`:
+
+    draft   (kv window)       drafter forward -> top-k log-probs (tree) or greedy chain
+    rank    (m)               best m paths over all depths + the budget rule's node count
+    build   (method, n)       the n-node tree: tokens, parents, depths, ancestor matrix
+    verify  (n, kv window)    tree mask, target forward, proposals (T = 0) or logits
+    commit  (n)               acceptance walk, KV compaction, next root, readback
+
+None of them reads a device value on the host, so a step has one host synchronisation:
+the decoder's read of the readback vector (the previous step's tokens and this step's
+node count).  The semantics are those of :mod:`bastion.decoding` exactly; the functions
+reuse its tree, acceptance and cost-curve code.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+
+from dflash import DFlashDraftModel
+
+from .accept import accept
+from .graphs import GraphRunner
+from .static_cache import ContextTooLongError, StaticContextKV, StaticKVCache
+from .target import Target
+from .tree import Tree, TreePolicy, _count_nodes, _top_paths, ancestor_matrix
+
+
+def _round_up(x: int, k: int) -> int:
+    return -(-x // k) * k
+
+
+class StaticEngine:
+    """Preallocated state and graph-captured step functions for one (target, drafter) pair."""
+
+    def __init__(
+        self,
+        target: Target,
+        drafter: DFlashDraftModel | None,
+        max_context: int,
+        n_max: int,
+        graphs: bool = True,
+        kv_block: int = 256,
+    ) -> None:
+        self.target, self.drafter = target, drafter
+        self.device, self.dtype = target.device, target.dtype
+        self.kv_block = kv_block
+        self.block = drafter.block_size if drafter is not None else 1
+        self.n_max = max(int(n_max), self.block)
+        self.runner = GraphRunner(self.device, enabled=graphs)
+        if drafter is not None:
+            target.set_feature_layers(drafter.target_layer_ids)
+        self._allocate(max_context)
+
+    # ------------------------------------------------------------------ buffers
+    def _allocate(self, max_context: int) -> None:
+        cfg, dev, b = self.target.config, self.device, self.block
+        self.max_context = int(max_context)
+        self.topk = 0
+        # room for the context, the biggest tree, and the drafter block written past it
+        self.capacity = _round_up(self.max_context + self.n_max + b, self.kv_block)
+        head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+        self.cache = StaticKVCache(self.target.num_layers, int(cfg.num_key_value_heads), head_dim, self.capacity,
+                                   self.dtype, dev)
+        long = dict(dtype=torch.long, device=dev)
+        self.length = torch.zeros((), **long)  # committed tokens in the target's cache
+        self.root = torch.zeros((), **long)  # last committed token, not yet seen by the target
+        self.readback = torch.zeros(b + 2, **long)  # [accepted count, node count, path tokens.., bonus]
+        n = self.n_max
+        self.tree_tokens = torch.zeros(n, **long)
+        self.tree_parents = torch.zeros(n, **long)
+        self.tree_depths = torch.zeros(n, **long)
+        self.tree_anc = torch.zeros(n, n, dtype=torch.bool, device=dev)
+        self.mask = torch.zeros(n, self.capacity, dtype=torch.bool, device=dev)  # [s, kv] tree mask rows
+        self.positions = torch.zeros(n, **long)
+        self.write_index = torch.zeros(n, **long)
+        self.proposals = torch.zeros(n, **long)
+        self.logits: torch.Tensor | None = None  # [n_max, V], made on the first T > 0 step
+        self.arange = torch.arange(max(n, self.capacity), **long)
+        if self.drafter is not None:
+            d = self.drafter
+            dcfg = d.config.layers
+            d_head = int(getattr(dcfg, "head_dim", None) or dcfg.hidden_size // dcfg.num_attention_heads)
+            self.dcache = StaticContextKV(d.config.num_hidden_layers, int(dcfg.num_key_value_heads), d_head,
+                                          self.capacity, self.dtype, dev)
+            feat_dim = len(d.target_layer_ids) * int(cfg.hidden_size)
+            self.features = torch.zeros(n, feat_dim, dtype=self.dtype, device=dev)  # verifier's tapped states
+            self.pend = torch.zeros(1, b, feat_dim, dtype=self.dtype, device=dev)  # accepted nodes' features
+            self.pend_count = torch.zeros((), **long)
+            self.draft_chain = torch.zeros(b - 1, **long)
+            # each depth's top-k (k <= 128, the policy's cap); graphs use the [:, :k] view
+            self.logq_all = torch.zeros(b - 1, 128, dtype=torch.float32, device=dev)
+            self.top_tok_all = torch.zeros(b - 1, 128, **long)
+            self.set_topk(1)
+            m = max(n - 1, 1)
+            self.paths = {k: torch.zeros(m, **long) for k in ("depth", "local", "par_local", "rank")}
+            self.path_count = 0
+            self.block_ids = torch.full((b,), int(d.mask_token_id), **long)
+
+    def ensure_capacity(self, need: int) -> None:
+        """Grow the buffers for a longer context; the graphs captured on the old ones are dropped."""
+        if need > self.max_context:
+            self.runner = GraphRunner(self.device, enabled=self.runner.enabled)
+            self._allocate(_round_up(need, self.kv_block))
+
+    def window(self, tokens: int) -> int:
+        """The attention window that covers ``tokens`` positions."""
+        if tokens > self.capacity:
+            raise ContextTooLongError(
+                f"{tokens} positions exceed the static engine's buffers ({self.capacity}); "
+                "raise its max_context or shorten the prompt / --max-new-tokens"
+            )
+        return min(self.capacity, _round_up(tokens, self.kv_block))
+
+    def set_topk(self, k: int) -> None:
+        """Tokens kept per depth; views of fixed buffers, so graphs of other k stay valid."""
+        self.topk = k
+        self.logq, self.top_tok = self.logq_all[:, :k], self.top_tok_all[:, :k]
+
+    # ------------------------------------------------------------------ prefill
+    def prefill(self, ids: torch.Tensor, features: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Causal forward of the prompt [1, P] from an empty cache (eager, one-off shapes)."""
+        p = ids.shape[1]
+        self.cache.length = 0
+        self.cache.write_index = self.arange[:p]
+        self.cache.kv_len = p
+        out = self.target.forward(ids, self.arange[:p][None], None, self.cache, features=features)
+        self.length.fill_(p)
+        self.cache.length = p
+        return out.hidden[0, -1:], out.features  # [1, H], [1, P, F]
+
+    # ------------------------------------------------------------------ step functions
+    def draft(self, kv: int, feats: torch.Tensor, mode: str, temperature: float) -> None:
+        """Drafter forward for the block at ``length``; ``feats`` [1, W, F] enter its context first.
+
+        ``mode`` "chain" stores the greedy block; "tree" stores each depth's top-k.
+        """
+        d, b, w = self.drafter, self.block, feats.shape[1]
+        start = self.length - self.pend_count  # first new context position
+        self.dcache.write_index = start + self.arange[:w]
+        self.dcache.kv_len = kv
+        block = self.block_ids.clone()
+        block[0] = self.root
+        pos = self.length + self.arange[:b]
+        live = self.arange[:kv] < self.length  # the context the drafter may see
+        mask = torch.cat([live, live.new_ones(b)])[None, None, None, :].expand(1, 1, b, kv + b)
+        h = d(self.target.embed(block[None]), pos[None], feats, self.dcache.write_index[None], mask, self.dcache)
+        logits = self.target.logits(h[0, 1:])  # [b - 1, V]
+        if mode == "chain":
+            self.draft_chain.copy_(logits.argmax(dim=-1))
+            return
+        logprobs = torch.log_softmax(logits.float() / (temperature if temperature > 0 else 1.0), dim=-1)
+        logq, tok = logprobs.topk(self.topk, dim=-1)
+        self.logq.copy_(logq)
+        self.top_tok.copy_(tok)
+
+    def rank(self, m: int, policy: TreePolicy, cost_model, fixed_cost: float) -> int:
+        """Rank the best ``m`` paths; write the rule's node count into the readback vector.
+
+        Returns how many paths exist (fewer than ``m`` when the whole space was ranked).
+        """
+        logp, depth, local, par_local, rank = _top_paths(self.logq, m)
+        got = logp.shape[0]
+        for name, t in (("depth", depth), ("local", local), ("par_local", par_local), ("rank", rank)):
+            self.paths[name][:got].copy_(t)
+        if policy.budget is not None:
+            self.readback[1].fill_(min(policy.budget, got + 1))
+        else:
+            curve = cost_model.curve(self.length, policy.n_max, device=self.device)  # C(n) at this context
+            self.readback[1].copy_(_count_nodes(logp, policy, curve, fixed_cost))
+        return got
+
+    def build(self, method: str, n: int) -> None:
+        """Compile the ``n``-node tree of ``method`` into the tree buffers."""
+        dev = self.device
+        if method == "bastion":
+            sel, d_max = n - 1, self.block - 1
+            depth = self.paths["depth"][:sel]
+            table = torch.full((d_max + 1, self.n_max), -1, dtype=torch.long, device=dev)
+            table[0, 0] = 0
+            table[depth, self.paths["local"][:sel]] = self.arange[1 : sel + 1]
+            parents = torch.cat([torch.full((1,), -1, dtype=torch.long, device=dev),
+                                 table[depth - 1, self.paths["par_local"][:sel]]])
+            tokens = torch.cat([self.root.view(1), self.top_tok[depth - 1, self.paths["rank"][:sel]]])
+            _, anc = ancestor_matrix(parents, d_max)
+            depths = torch.cat([depth.new_zeros(1), depth])
+        else:  # the chain (DFlash) or the root alone (AR)
+            tokens = torch.cat([self.root.view(1), self.draft_chain[: n - 1]]) if n > 1 else self.root.view(1)
+            parents = self.arange[:n] - 1
+            depths = self.arange[:n]
+            anc = torch.ones(n, n, dtype=torch.bool, device=dev).tril_()
+        self.tree_tokens[:n].copy_(tokens)
+        self.tree_parents[:n].copy_(parents)
+        self.tree_depths[:n].copy_(depths)
+        self.tree_anc[:n, :n].copy_(anc)
+
+    def verify(self, n: int, kv: int, greedy: bool, features: bool) -> None:
+        """Target forward over the ``n`` tree nodes with a [n, kv] mask; proposals or logits out."""
+        mask = self.mask[:n, :kv]
+        mask.copy_((self.arange[:kv] < self.length)[None].expand(n, kv))
+        self.write_index[:n].copy_(self.length + self.arange[:n])
+        mask.index_copy_(1, self.write_index[:n], self.tree_anc[:n, :n])
+        self.positions[:n].copy_(self.length + self.tree_depths[:n])
+        self.cache.write_index = self.write_index[:n]
+        self.cache.kv_len = kv
+        out = self.target.forward(self.tree_tokens[:n][None], self.positions[:n][None], mask[None, None], self.cache,
+                                  features=features)
+        logits = self.target.logits(out.hidden[0])  # [n, V]
+        if greedy:
+            self.proposals[:n].copy_(logits.argmax(dim=-1))
+        else:
+            self.logits[:n].copy_(logits)
+        if features:
+            self.features[:n].copy_(out.features[0])
+
+    def commit(self, n: int, features: bool) -> None:
+        """Accept along the proposals, compact the KV cache, advance, fill the readback vector."""
+        b = self.block
+        tree = Tree(self.tree_tokens[:n], self.tree_parents[:n], self.tree_depths[:n], self.tree_anc[:n, :n])
+        proposals = self.proposals[:n]
+        order, count = accept(tree, proposals)
+        w = min(n, b)
+        keep = order[:w]
+        self.cache.keep(self.length, keep)
+        if features:
+            self.pend[0, :w].copy_(self.features.index_select(0, keep))
+            self.pend_count.copy_(count + 1)
+        bonus = proposals[order.gather(0, count.view(1))]  # [1]
+        self.readback[0].copy_(count)
+        self.readback[2 : 1 + w].copy_(tree.tokens[order[1:w]])
+        self.readback[-1:].copy_(bonus)
+        self.root.copy_(bonus[0])
+        self.length.add_(count + 1)
+
+    def probe(self, tokens: torch.Tensor, c: int) -> Callable[[], None]:
+        """One verification of a chain of ``tokens`` [s] at context ``c``, exactly as a decode step runs it.
+
+        For the latency grid: the cached context's values do not change the time, so the
+        first ``c`` entries are left as they are instead of prefilling ``c`` tokens.
+        """
+        s = tokens.shape[0]
+        self.ensure_capacity(c + s)
+        if s > self.n_max:
+            raise ValueError(f"a probe of {s} tokens exceeds the static engine's n_max={self.n_max}")
+        kv = self.window(c + s)
+        self.length.fill_(c)
+        self.cache.length = c
+        self.tree_tokens[:s].copy_(tokens)
+        self.tree_anc[:s, :s].copy_(torch.ones(s, s, dtype=torch.bool, device=self.device).tril_())
+        self.tree_depths[:s].copy_(self.arange[:s])
+        feats = self.drafter is not None  # decoding with a drafter taps features: so does the probe
+        return lambda: self.runner(("verify", s, kv, True, feats), lambda: self.verify(s, kv, True, feats))
+
+    def state(self) -> list[torch.Tensor]:
+        """Tensors :meth:`commit` updates in place (restored after capture warm-up)."""
+        extra = [self.pend, self.pend_count] if self.drafter is not None else []
+        return [self.cache.kv, self.length, self.root, self.readback, *extra]
+
+    def logits_buffer(self) -> torch.Tensor:
+        if self.logits is None:
+            vocab = self.target.lm_head.weight.shape[0]
+            self.logits = torch.zeros(self.n_max, vocab, dtype=self.dtype, device=self.device)
+        return self.logits
+
+
+def search_width(hint: int, policy: TreePolicy) -> int:
+    """Paths to rank for the adaptive rule: the hint rounded up to a power of two (few graphs)."""
+    limit = policy.n_max
+    m = max(hint, policy.n_min) - 1
+    return max(1, min(limit - 1, 1 << max(0, math.ceil(math.log2(max(m, 1))))))
