@@ -144,6 +144,17 @@ class StaticEngine:
 
         ``mode`` "chain" stores the greedy block; "tree" stores each depth's top-k.
         """
+        logits = self.draft_logits(kv, feats)  # [b - 1, V]
+        if mode == "chain":
+            self.draft_chain.copy_(logits.argmax(dim=-1))
+            return
+        logprobs = torch.log_softmax(logits.float() / (temperature if temperature > 0 else 1.0), dim=-1)
+        logq, tok = logprobs.topk(self.topk, dim=-1)
+        self.logq.copy_(logq)
+        self.top_tok.copy_(tok)
+
+    def draft_logits(self, kv: int, feats: torch.Tensor) -> torch.Tensor:
+        """Draft logits [b - 1, V] for depths 1..b-1 (the drafter's K/V window is ``kv``)."""
         d, b, w = self.drafter, self.block, feats.shape[1]
         start = self.length - self.pend_count  # first new context position
         self.dcache.write_index = start + self.arange[:w]
@@ -154,14 +165,7 @@ class StaticEngine:
         live = self.arange[:kv] < self.length  # the context the drafter may see
         mask = torch.cat([live, live.new_ones(b)])[None, None, None, :].expand(1, 1, b, kv + b)
         h = d(self.target.embed(block[None]), pos[None], feats, self.dcache.write_index[None], mask, self.dcache)
-        logits = self.target.logits(h[0, 1:])  # [b - 1, V]
-        if mode == "chain":
-            self.draft_chain.copy_(logits.argmax(dim=-1))
-            return
-        logprobs = torch.log_softmax(logits.float() / (temperature if temperature > 0 else 1.0), dim=-1)
-        logq, tok = logprobs.topk(self.topk, dim=-1)
-        self.logq.copy_(logq)
-        self.top_tok.copy_(tok)
+        return self.target.logits(h[0, 1:])
 
     def rank(self, m: int, policy: TreePolicy, cost_model, fixed_cost: float) -> int:
         """Rank the best ``m`` paths; write the rule's node count into the readback vector.
