@@ -111,12 +111,11 @@ class StaticDecoder:
         if method == "bastion":
             eng.set_topk(min(policy.topk, self.target.lm_head.weight.shape[0],
                              max((policy.budget or policy.n_max) - 1, 1)))
-        mode = "tree" if method == "bastion" else "chain"
         if not greedy:
             eng.logits_buffer()  # allocated before any graph that writes it is captured
         if use_draft:  # the first draft takes in the whole prompt's features: one-off shape, eager
             eng.pend_count.fill_(prompt_len)
-            eng.draft(eng.window(prompt_len), feats, mode, temperature)
+            eng.draft(eng.window(prompt_len), feats)
         sync()
         t1 = time.perf_counter()
 
@@ -133,10 +132,11 @@ class StaticDecoder:
             ta = clock()
             if use_draft and not first_step:
                 kv_d = eng.window(c + eng.block)  # the context grows by at most one block per step
-                run(("draft", kv_d, mode, temperature, eng.topk), lambda: eng.draft(kv_d, eng.pend, mode, temperature))
+                run(("draft", kv_d), lambda: eng.draft(kv_d, eng.pend))
             tb = clock()
             got = 0
             if method == "bastion":
+                run(("select", temperature, eng.topk), lambda: eng.select(temperature))
                 m = search_width(hint, policy) if policy.budget is None else max(policy.budget - 1, 1)
                 got = _rank(eng, m, policy, self.cost_model, fixed)
             n = self._tree_size(got)

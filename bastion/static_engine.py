@@ -5,9 +5,10 @@ One :class:`StaticEngine` owns everything a decoding step reads or writes, alloc
 addresses: the target's and the drafter's KV caches, the committed length and root
 token, the features waiting to enter the drafter's context, the drafter's top-k table,
 the ranked draft paths, the compiled tree, the verifier's outputs and a small readback
-vector.  A step is five functions, each captured per shape key by :class:`GraphRunner`:
+vector.  A step is six functions, each captured per shape key by :class:`GraphRunner`:
 
-    draft   (kv window)       drafter forward -> top-k log-probs (tree) or greedy chain
+    draft   (kv window)       drafter forward -> draft logits
+    select  (T)               each depth's top-k log-probabilities (trees only)
     rank    (m)               best m paths over all depths + the budget rule's node count
     build   (method, n)       the n-node tree: tokens, parents, depths, ancestor matrix
     verify  (n, kv window)    tree mask, target forward, proposals (T = 0) or logits
@@ -28,6 +29,7 @@ import torch
 
 from dflash import DFlashDraftModel
 
+from . import static_attention
 from .accept import accept
 from .graphs import GraphRunner
 from .static_cache import ContextTooLongError, StaticContextKV, StaticKVCache
@@ -57,6 +59,8 @@ class StaticEngine:
         self.block = drafter.block_size if drafter is not None else 1
         self.n_max = max(int(n_max), self.block)
         self.runner = GraphRunner(self.device, enabled=graphs)
+        # grouped-query tree attention without per-head K/V copies (sdpa targets only)
+        self.attention = static_attention.register() if target.attn_impl == "sdpa" else None
         if drafter is not None:
             target.set_feature_layers(drafter.target_layer_ids)
         self._allocate(max_context)
@@ -96,7 +100,7 @@ class StaticEngine:
             self.features = torch.zeros(n, feat_dim, dtype=self.dtype, device=dev)  # verifier's tapped states
             self.pend = torch.zeros(1, b, feat_dim, dtype=self.dtype, device=dev)  # accepted nodes' features
             self.pend_count = torch.zeros((), **long)
-            self.draft_chain = torch.zeros(b - 1, **long)
+            self.draft_out = torch.zeros(b - 1, int(self.target.lm_head.weight.shape[0]), dtype=self.dtype, device=dev)
             # each depth's top-k (k <= 128, the policy's cap); graphs use the [:, :k] view
             self.logq_all = torch.zeros(b - 1, 128, dtype=torch.float32, device=dev)
             self.top_tok_all = torch.zeros(b - 1, 128, **long)
@@ -139,19 +143,9 @@ class StaticEngine:
         return out.hidden[0, -1:], out.features  # [1, H], [1, P, F]
 
     # ------------------------------------------------------------------ step functions
-    def draft(self, kv: int, feats: torch.Tensor, mode: str, temperature: float) -> None:
-        """Drafter forward for the block at ``length``; ``feats`` [1, W, F] enter its context first.
-
-        ``mode`` "chain" stores the greedy block; "tree" stores each depth's top-k.
-        """
-        logits = self.draft_logits(kv, feats)  # [b - 1, V]
-        if mode == "chain":
-            self.draft_chain.copy_(logits.argmax(dim=-1))
-            return
-        logprobs = torch.log_softmax(logits.float() / (temperature if temperature > 0 else 1.0), dim=-1)
-        logq, tok = logprobs.topk(self.topk, dim=-1)
-        self.logq.copy_(logq)
-        self.top_tok.copy_(tok)
+    def draft(self, kv: int, feats: torch.Tensor) -> None:
+        """Drafter forward for the block at ``length``; ``feats`` [1, W, F] enter its context first."""
+        self.draft_out.copy_(self.draft_logits(kv, feats))
 
     def draft_logits(self, kv: int, feats: torch.Tensor) -> torch.Tensor:
         """Draft logits [b - 1, V] for depths 1..b-1 (the drafter's K/V window is ``kv``)."""
@@ -166,6 +160,13 @@ class StaticEngine:
         mask = torch.cat([live, live.new_ones(b)])[None, None, None, :].expand(1, 1, b, kv + b)
         h = d(self.target.embed(block[None]), pos[None], feats, self.dcache.write_index[None], mask, self.dcache)
         return self.target.logits(h[0, 1:])
+
+    def select(self, temperature: float) -> None:
+        """Each depth's top-k draft log-probabilities at the sampling temperature (1 for greedy)."""
+        logprobs = torch.log_softmax(self.draft_out.float() / (temperature if temperature > 0 else 1.0), dim=-1)
+        logq, tok = logprobs.topk(self.topk, dim=-1)
+        self.logq.copy_(logq)
+        self.top_tok.copy_(tok)
 
     def rank(self, m: int, policy: TreePolicy, cost_model, fixed_cost: float) -> int:
         """Rank the best ``m`` paths; write the rule's node count into the readback vector.
@@ -198,7 +199,8 @@ class StaticEngine:
             _, anc = ancestor_matrix(parents, d_max)
             depths = torch.cat([depth.new_zeros(1), depth])
         else:  # the chain (DFlash) or the root alone (AR)
-            tokens = torch.cat([self.root.view(1), self.draft_chain[: n - 1]]) if n > 1 else self.root.view(1)
+            chain = self.draft_out[: n - 1].argmax(dim=-1)  # the drafter's greedy block
+            tokens = torch.cat([self.root.view(1), chain]) if n > 1 else self.root.view(1)
             parents = self.arange[:n] - 1
             depths = self.arange[:n]
             anc = torch.ones(n, n, dtype=torch.bool, device=dev).tril_()
@@ -216,8 +218,15 @@ class StaticEngine:
         self.positions[:n].copy_(self.length + self.tree_depths[:n])
         self.cache.write_index = self.write_index[:n]
         self.cache.kv_len = kv
-        out = self.target.forward(self.tree_tokens[:n][None], self.positions[:n][None], mask[None, None], self.cache,
-                                  features=features)
+        config = self.target.config
+        saved = config._attn_implementation
+        try:
+            if self.attention is not None:
+                config._attn_implementation = self.attention
+            out = self.target.forward(self.tree_tokens[:n][None], self.positions[:n][None], mask[None, None],
+                                      self.cache, features=features)
+        finally:
+            config._attn_implementation = saved
         logits = self.target.logits(out.hidden[0])  # [n, V]
         if greedy:
             self.proposals[:n].copy_(logits.argmax(dim=-1))

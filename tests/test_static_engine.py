@@ -202,3 +202,24 @@ def test_engine_factory_and_static_calibration_probe():
     assert all(r["latency_s"] > 0 for r in rows)
     # the probe leaves the engine usable for decoding, with the same outputs as before
     assert eng.decoder("ar").generate([1, 2, 3], 10).output_ids == _ar(target, [1, 2, 3], 10)
+
+
+def test_grouped_attention_equals_repeated_heads():
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from bastion.static_attention import grouped_tree_attention
+
+    class Module:  # what the attention interface reads from the calling layer
+        num_key_value_groups, is_causal, training = 4, True, False
+
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 8, 5, 16, generator=gen)  # 8 query heads over 2 K/V heads
+    k, v = torch.randn(1, 2, 11, 16, generator=gen), torch.randn(1, 2, 11, 16, generator=gen)
+    mask = torch.rand(1, 1, 5, 11, generator=gen) < 0.6
+    mask[..., 0] = True  # every row attends somewhere
+    ref, _ = sdpa_attention_forward(Module(), q, k, v, mask, scaling=0.25)
+    out, _ = grouped_tree_attention(Module(), q, k, v, mask, scaling=0.25)
+    assert out.shape == ref.shape == (1, 5, 8, 16)
+    torch.testing.assert_close(out, ref)
+    wrong, _ = grouped_tree_attention(Module(), q, k, v, mask.flip(-1), scaling=0.25)
+    assert not torch.allclose(wrong, ref)

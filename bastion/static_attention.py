@@ -1,0 +1,41 @@
+"""Tree attention for grouped-query models without copying K/V per query head.
+
+Transformers' SDPA path, given a mask, expands every K/V head to its query heads
+(``repeat_kv``) before calling the kernel: for Qwen3-8B that is four copies of the whole
+attention window per layer per step, more memory traffic than the attention itself.
+Here the query heads that share a K/V head are folded into the query length instead,
+[1, Hq, s, D] -> [1, Hkv, g*s, D], and the mask rows are repeated to match, so the
+kernel reads each K/V head once.  Each (head, row) is computed from the same numbers as
+before; only the layout changes.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+NAME = "bastion_gqa"
+
+
+def grouped_tree_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """Transformers attention-interface signature; returns ([1, s, Hq, D], None)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    b, hq, s, d = query.shape  # [1, Hq, s, D]
+    hkv = key.shape[1]  # key/value [1, Hkv, kv, D]
+    g = hq // hkv
+    if attention_mask is None or g == 1:  # causal prefill, or no grouping: the standard path
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+    q = query.reshape(b, hkv, g * s, d)  # query head h = kv_head * g + r
+    kv_len = attention_mask.shape[-1]
+    mask = attention_mask[:, :, None].expand(b, 1, g, s, kv_len).reshape(b, 1, g * s, kv_len)
+    out = F.scaled_dot_product_attention(q, key, value, attn_mask=mask, scale=scaling)  # [1, Hkv, g*s, D]
+    return out.view(b, hq, s, d).transpose(1, 2).contiguous(), None
+
+
+def register() -> str:
+    """Make the function known to Transformers under :data:`NAME` (idempotent)."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(NAME, grouped_tree_attention)
+    return NAME
