@@ -36,8 +36,7 @@ def accept(tree: Tree, proposals: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     """
     parent_prop = proposals[tree.parents.clamp(min=0)]  # [n]: the proposal at each node's parent
     match = tree.tokens == parent_prop
-    match[0] = True  # the root is committed already
+    match[:1].fill_(True)  # the root is committed already (fill_: capturable in a CUDA graph)
     ok = ~(tree.ancestors & ~match[None, :]).any(dim=1)  # [n]: whole root path matches
-    big = tree.depths.new_tensor(1 << 30)
-    path_order = torch.argsort(torch.where(ok, tree.depths, big))
+    path_order = torch.argsort(tree.depths.masked_fill(~ok, 1 << 30))  # accepted nodes first, by depth
     return path_order, ok.sum() - 1

@@ -165,7 +165,7 @@ class CostModel:
             )
         c0, c1, m0, m1 = self._curve_cache[key]
         out = torch.maximum(c0 + c1 * c, m0 + m1 * c).float()
-        out[0] = 0.0
+        out[:1].fill_(0.0)  # fill_: no host-to-device copy, so a CUDA graph can capture it
         return out
 
     def to_dict(self) -> dict[str, Any]:

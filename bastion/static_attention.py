@@ -30,7 +30,7 @@ def grouped_tree_attention(module, query, key, value, attention_mask, scaling=No
     kv_len = attention_mask.shape[-1]
     mask = attention_mask[:, :, None].expand(b, 1, g, s, kv_len).reshape(b, 1, g * s, kv_len)
     out = F.scaled_dot_product_attention(q, key, value, attn_mask=mask, scale=scaling)  # [1, Hkv, g*s, D]
-    return out.view(b, hq, s, d).transpose(1, 2).contiguous(), None
+    return out.reshape(b, hq, s, d).transpose(1, 2).contiguous(), None
 
 
 def register() -> str:

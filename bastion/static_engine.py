@@ -33,6 +33,7 @@ from . import static_attention
 from .accept import accept
 from .graphs import GraphRunner
 from .static_cache import ContextTooLongError, StaticContextKV, StaticKVCache
+from .static_layers import FusedLayers
 from .target import Target
 from .tree import Tree, TreePolicy, _count_nodes, _top_paths, ancestor_matrix
 
@@ -52,6 +53,7 @@ class StaticEngine:
         n_max: int,
         graphs: bool = True,
         kv_block: int = 256,
+        fused: bool = False,
     ) -> None:
         self.target, self.drafter = target, drafter
         self.device, self.dtype = target.device, target.dtype
@@ -61,6 +63,8 @@ class StaticEngine:
         self.runner = GraphRunner(self.device, enabled=graphs)
         # grouped-query tree attention without per-head K/V copies (sdpa targets only)
         self.attention = static_attention.register() if target.attn_impl == "sdpa" else None
+        # optional: the layers as two compiled functions (fewer, fused kernels; see static_layers)
+        self.fused = FusedLayers(target, compile=self.device.type == "cuda") if fused else None
         if drafter is not None:
             target.set_feature_layers(drafter.target_layer_ids)
         self._allocate(max_context)
@@ -191,7 +195,7 @@ class StaticEngine:
             sel, d_max = n - 1, self.block - 1
             depth = self.paths["depth"][:sel]
             table = torch.full((d_max + 1, self.n_max), -1, dtype=torch.long, device=dev)
-            table[0, 0] = 0
+            table[0, :1].fill_(0)
             table[depth, self.paths["local"][:sel]] = self.arange[1 : sel + 1]
             parents = torch.cat([torch.full((1,), -1, dtype=torch.long, device=dev),
                                  table[depth - 1, self.paths["par_local"][:sel]]])
@@ -218,22 +222,28 @@ class StaticEngine:
         self.positions[:n].copy_(self.length + self.tree_depths[:n])
         self.cache.write_index = self.write_index[:n]
         self.cache.kv_len = kv
-        config = self.target.config
-        saved = config._attn_implementation
-        try:
-            if self.attention is not None:
-                config._attn_implementation = self.attention
-            out = self.target.forward(self.tree_tokens[:n][None], self.positions[:n][None], mask[None, None],
-                                      self.cache, features=features)
-        finally:
-            config._attn_implementation = saved
-        logits = self.target.logits(out.hidden[0])  # [n, V]
+        hidden, feats = self._forward(self.tree_tokens[:n][None], self.positions[:n][None], mask[None, None], features)
+        logits = self.target.logits(hidden[0])  # [n, V]
         if greedy:
             self.proposals[:n].copy_(logits.argmax(dim=-1))
         else:
             self.logits[:n].copy_(logits)
         if features:
-            self.features[:n].copy_(out.features[0])
+            self.features[:n].copy_(feats[0])
+
+    def _forward(self, ids, positions, mask, features: bool):
+        """The target over tree tokens: (hidden [1, s, H], tapped features [1, s, F] or None)."""
+        if self.fused is not None:
+            return self.fused.forward(ids, positions, mask, self.cache, features)
+        config = self.target.config
+        saved = config._attn_implementation
+        try:
+            if self.attention is not None:
+                config._attn_implementation = self.attention
+            out = self.target.forward(ids, positions, mask, self.cache, features=features)
+        finally:
+            config._attn_implementation = saved
+        return out.hidden, out.features
 
     def commit(self, n: int, features: bool) -> None:
         """Accept along the proposals, compact the KV cache, advance, fill the readback vector."""

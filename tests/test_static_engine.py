@@ -69,14 +69,15 @@ def _same(eager, static) -> None:
     ]
 
 
-@pytest.mark.parametrize("family", ["qwen3", "llama"])
-@pytest.mark.parametrize("block_size", [2, 8])
-def test_real_drafters_static_equals_eager(family, block_size):
+@pytest.mark.parametrize("family,block_size,fused", [("qwen3", 2, False), ("qwen3", 8, False), ("llama", 2, False),
+                                                     ("llama", 8, False), ("qwen3", 8, True), ("llama", 5, True)])
+def test_real_drafters_static_equals_eager(family, block_size, fused):
     model = tiny_target(family, seed=11, scale=3.0)
     target = Target(model)
     drafter = tiny_drafter(model, block_size=block_size, seed=block_size)
     cm, ov = _cost_model(model)
-    engine = RecordingEngine(target, drafter, max_context=32, n_max=64)  # too small on purpose: it must grow
+    # fused: the layers as the two functions torch.compile fuses on a GPU (run uncompiled here)
+    engine = RecordingEngine(target, drafter, max_context=32, n_max=64, fused=fused)  # too small: it must grow
     gen = torch.Generator().manual_seed(block_size)
     policies = [("ar", None), ("dflash", None), ("bastion", TreePolicy(n_min=4, n_max=64)), ("bastion", TreePolicy(budget=7))]
     for p in range(3):

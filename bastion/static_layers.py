@@ -1,0 +1,101 @@
+"""The target's decoder layers as two pure functions, so ``torch.compile`` can fuse them.
+
+Inside a CUDA graph the launch overhead is gone, but each of the ~45 small kernels a
+Transformers Qwen3 layer runs (norms in several steps, rotary embedding, residual adds)
+still costs a few microseconds of GPU time: about as much, for a 36-layer 8B model at
+batch 1, as streaming its weights.  Written as functions of tensors only, the part before
+attention (norm, projections, head norms, rotary) and the part after it (output
+projection, residual, norm, gated MLP) compile once for every layer and every tree size
+(dynamic shapes); Inductor fuses the element-wise work around the matrix multiplies.
+The K/V write and the attention itself stay outside, on the engine's buffers.
+
+The arithmetic is the Transformers layers' (same operations, same fp32 upcasts); fused
+kernels may still round differently in bf16, which is why this path is an option of the
+static engine (``fused=True``) and not its default.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from .static_attention import grouped_tree_attention
+
+
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(x.dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rot = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rot * sin
+
+
+def pre_attention(x, ln, wq, wk, wv, qn, kn, cos, sin, eps: float, head_dim: int):
+    """[1, s, H] -> q [1, Hq, s, D], k and v [1, Hkv, s, D] (rotary applied)."""
+    b, s, _ = x.shape
+    h = _rms(x, ln, eps)
+    q = F.linear(h, wq).view(b, s, -1, head_dim)
+    k = F.linear(h, wk).view(b, s, -1, head_dim)
+    v = F.linear(h, wv).view(b, s, -1, head_dim)
+    if qn is not None:
+        q, k = _rms(q, qn, eps), _rms(k, kn, eps)
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # [1, 1, s, D]
+    q = _rotate(q.transpose(1, 2), cos, sin)
+    k = _rotate(k.transpose(1, 2), cos, sin)
+    return q, k, v.transpose(1, 2)
+
+
+def post_attention(x, attn, wo, ln, wg, wu, wd, eps: float):
+    """Residual stream [1, s, H] after attention output [1, s, Hq * D] and the gated MLP."""
+    x = x + F.linear(attn, wo)
+    h = _rms(x, ln, eps)
+    return x + F.linear(F.silu(F.linear(h, wg)) * F.linear(h, wu), wd)
+
+
+class FusedLayers:
+    """Runs the target's layers through :func:`pre_attention` / :func:`post_attention`."""
+
+    def __init__(self, target, compile: bool) -> None:
+        self.target = target
+        cfg = target.config
+        self.eps = float(cfg.rms_norm_eps)
+        self.head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+        self.weights = []
+        for layer in target.layers:
+            a, m = layer.self_attn, layer.mlp
+            qn, kn = getattr(a, "q_norm", None), getattr(a, "k_norm", None)
+            self.weights.append((
+                (layer.input_layernorm.weight, a.q_proj.weight, a.k_proj.weight, a.v_proj.weight,
+                 None if qn is None else qn.weight, None if kn is None else kn.weight),
+                (a.o_proj.weight, layer.post_attention_layernorm.weight, m.gate_proj.weight, m.up_proj.weight,
+                 m.down_proj.weight),
+                a,
+            ))
+            if any(getattr(mod, "bias", None) is not None for mod in (a.q_proj, a.k_proj, a.v_proj, a.o_proj)):
+                raise ValueError("fused layers do not support attention biases; use the static engine without fused=True")
+        self.pre: Callable = torch.compile(pre_attention, dynamic=True) if compile else pre_attention
+        self.post: Callable = torch.compile(post_attention, dynamic=True) if compile else post_attention
+
+    def forward(self, ids, positions, mask, cache, features: bool):
+        """Same contract as :meth:`bastion.target.Target.forward` for a masked (tree) forward."""
+        t = self.target
+        x = t.embed(ids)
+        cos, sin = t.inner.rotary_emb(x, positions)
+        taps: list[torch.Tensor | None] = [None] * len(t.feature_layers)
+        for i, (pre_w, post_w, attn_mod) in enumerate(self.weights):
+            q, k, v = self.pre(x, *pre_w, cos, sin, self.eps, self.head_dim)
+            k_all, v_all = cache.write(i, k, v)
+            out, _ = grouped_tree_attention(attn_mod, q, k_all, v_all, mask, scaling=attn_mod.scaling)
+            x = self.post(x, out.reshape(x.shape[0], x.shape[1], -1), *post_w, self.eps)
+            tap = t._tap.get(i)
+            if tap is not None and features and i != t.num_layers - 1:
+                taps[tap] = x
+        hidden = t.inner.norm(x)
+        feats = torch.cat([hidden if v is None else v for v in taps], dim=-1) if features and taps else None
+        return hidden, feats

@@ -1,0 +1,266 @@
+"""Static engine against eager on one GPU: every measurement issue 6 asks for, one table each.
+
+Sections (``--sections``, comma list, run in this order):
+
+  ar        AR step (ms) static vs eager at each context, and the share of weight streaming
+  curve     verification latency C(s) static vs eager, s in --sizes, at each context
+  overhead  per-step split of BASTION (fixed 512-node trees) and DFlash on the static engine
+  calib     the static engine's calibration on the paper grid: fit, in-sample and held-out error
+  equiv     T = 0 outputs, static vs eager, on the random Qwen3-8B-shaped pair
+  tiny      the bundled tiny pair end to end (CLI), eager and static, outputs compared
+
+``--from-json FILE`` instead projects AR and DFlash throughput from the measured static step
+times in FILE and the DFlash README's acceptance lengths (a projection, not a measurement).
+
+Random weights: acceptance is about one token per step, so 8B numbers are per-step costs.
+
+    python benchmarks/static_engine.py --out results_dir
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from shapes import random_pair  # noqa: E402
+
+from bastion.calibrate import Grid, _eager_step, _median_time, fit_probe, measure_peaks, probe_grid, profile_overheads  # noqa: E402
+from bastion.cost_model import ModelShape  # noqa: E402
+from bastion.decoding import Decoder  # noqa: E402
+from bastion.static_decoding import StaticDecoder  # noqa: E402
+from bastion.static_engine import StaticEngine  # noqa: E402
+from bastion.target import Target  # noqa: E402
+from bastion.tree import TreePolicy  # noqa: E402
+
+REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference" / "dflash_readme_results.csv"
+
+
+class Report:
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        out.mkdir(parents=True, exist_ok=True)
+        self.data: dict = {}
+
+    def add(self, section: str, row: dict) -> None:
+        self.data.setdefault(section, []).append(row)
+        print(json.dumps({"section": section, **row}), flush=True)
+        (self.out / "static_engine.json").write_text(json.dumps(self.data, indent=1))
+
+
+def _ms(x: float) -> float:
+    return round(1e3 * x, 3)
+
+
+def _per_step(res) -> float:
+    return res.decode_seconds / max(len(res.steps), 1)
+
+
+def section_ar(rep, target, engines, prompts, peaks, tokens):
+    weights = sum(p.numel() * p.element_size() for n, p in target.model.named_parameters() if "embed_tokens" not in n)
+    for ctx, prompt in prompts.items():
+        row = {"context": ctx, "weight_bytes": weights}
+        decoders = [("eager", Decoder(target, "ar"))] + [(k, StaticDecoder(e, "ar")) for k, e in engines.items()]
+        for name, dec in decoders:
+            dec.generate(prompt, 8)  # warm: kernels, graphs for the first windows
+            res = dec.generate(prompt, tokens)
+            row[f"{name}_ms"] = _ms(_per_step(res))
+            if name != "eager":
+                row[f"{name}_share_of_copy_bw"] = round(weights / (row[f"{name}_ms"] / 1e3) / peaks.bytes_per_s, 3)
+        rep.add("ar", row)
+
+
+def section_curve(rep, target, engines, prompts, sizes, repeats):
+    device = target.device
+    for ctx, prompt in prompts.items():
+        cache = target.new_cache(capacity=ctx + max(sizes) + 16)
+        ids = torch.tensor([prompt], device=device)
+        target.forward(ids, torch.arange(ctx, device=device)[None], None, cache, features=False)
+        gen = torch.Generator().manual_seed(ctx)
+        for s in sizes:
+            toks = torch.randint(0, target.config.vocab_size - 2, (1, s), generator=gen).to(device)
+            eager, _ = _median_time(_eager_step(target, cache, toks, ctx), device, 2, repeats)
+            row = {"context": ctx, "s": s, "eager_ms": _ms(eager)}
+            for name, engine in engines.items():
+                row[f"{name}_ms"] = _ms(_median_time(engine.probe(toks[0], ctx), device, 2, repeats)[0])
+            rep.add("curve", row)
+
+
+def section_overhead(rep, engines, prompts, steps):
+    phases = ("t_draft", "t_tree", "t_verify", "t_accept", "t_commit")
+    for (name, engine), (ctx, prompt) in ((e, p) for e in engines.items() for p in prompts.items()):
+        for method, policy in (("bastion", TreePolicy(budget=512)), ("bastion", TreePolicy(budget=32)), ("dflash", None)):
+            dec = StaticDecoder(engine, method, policy)
+            dec.generate(prompt, 6, collect_stats=True)  # graphs captured here
+            timed = dec.generate(prompt, steps + 3, collect_stats=True).steps[2:]
+            row = {"engine": name, "context": ctx, "method": method, "nodes": timed[0].tree_size, "steps": len(timed)}
+            for ph in phases:
+                row[ph + "_ms"] = _ms(statistics.median(getattr(s, ph) for s in timed))
+            row["overhead_ms"] = round(row["t_tree_ms"] + row["t_accept_ms"] + row["t_commit_ms"], 3)
+            untimed = dec.generate(prompt, steps + 3)
+            row["step_ms_no_sync"] = _ms(_per_step(untimed))
+            rep.add("overhead", row)
+
+
+def section_calib(rep, target, engine, grid_name, out):
+    t0 = time.perf_counter()
+    grid = Grid.named(grid_name)
+    rows = probe_grid(target, grid, static=engine)
+    shape = ModelShape.from_config(target.config, torch.finfo(target.dtype).bits // 8)
+    cost, report = fit_probe(rows, shape, measure_peaks(target.device, target.dtype), grid.holdout_every)
+    (out / "static_calibration_points.json").write_text(json.dumps(rows))
+    rep.add("calib", {"grid": grid_name, "points": len(rows), "seconds": round(time.perf_counter() - t0, 1),
+                      "params": cost.to_dict()["params"], **{k: round(v, 4) if isinstance(v, float) else v
+                                                               for k, v in report.items()}})
+    return cost
+
+
+def section_equiv(rep, target, drafter, engines, prompts, tokens, cost):
+    memo: dict = {}  # eager outputs, computed once per (context, method)
+
+    def eager_out(ctx, prompt, method, policy):
+        if (ctx, method) not in memo:
+            memo[ctx, method] = Decoder(target, method, drafter, policy).generate(prompt, tokens).output_ids
+        return memo[ctx, method]
+
+    for (name, engine), (ctx, prompt) in ((e, p) for e in engines.items() for p in prompts.items()):
+        ref = eager_out(ctx, prompt, "ar", None)
+        cases = [("ar", None), ("dflash", None), ("bastion", TreePolicy(budget=64))]
+        for method, policy in cases:
+            eager = eager_out(ctx, prompt, method, policy)
+            static = StaticDecoder(engine, method, policy).generate(prompt, tokens).output_ids
+            rep.add("equiv", {"engine": name, "context": ctx, "method": method, "budget": policy and policy.budget,
+                              "static_eq_eager": static == eager, "static_eq_ar": static == ref,
+                              "first_diff": next((i for i, (a, b) in enumerate(zip(static, eager)) if a != b), None)})
+        if cost is not None:
+            policy = TreePolicy(n_min=32, n_max=1024)
+            probe = prompt[:256]
+            ov = profile_overheads(lambda: StaticDecoder(engine, "bastion", TreePolicy(budget=64)), probe)
+            static = StaticDecoder(engine, "bastion", policy, cost, ov).generate(prompt, tokens)
+            rep.add("equiv", {"engine": name, "context": ctx, "method": "bastion-adaptive", "static_eq_ar": static.output_ids == ref,
+                              "t_draft_ms": _ms(ov.t_draft), "t_other_ms": _ms(ov.t_other),
+                              "tree_sizes": sorted({s.tree_size for s in static.steps})})
+
+
+def section_tiny(rep, out, samples, tokens, device, dtype):
+    recs = {}
+    for engine in ("eager", "static"):
+        path = out / f"tiny_{engine}_{dtype}.jsonl"
+        cmd = [sys.executable, "-m", "bastion.benchmark", "--model", "tiny", "--dataset", "stdlib-heldout",
+               "--max-samples", str(samples), "--max-new-tokens", str(tokens), "--device", device, "--dtype", dtype, "--n-min", "16",
+               "--engine", engine, "--cache-dir", str(out / "cache"), "--output", str(path)]
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        print(proc.stdout[-2000:], proc.stderr[-1500:], flush=True)
+        recs[engine] = {(r["prompt_index"], r["method"]): r for r in map(json.loads, path.read_text().splitlines())}
+        for method in ("ar", "dflash", "bastion"):
+            mine = [r for (_, m), r in recs[engine].items() if m == method]
+            toks = sum(len(r["output_ids"]) for r in mine)
+            secs = sum(r["decode_seconds"] for r in mine)
+            acc = [a for r in mine for a in r["acceptance_lengths"]]
+            rep.add("tiny", {"engine": engine, "dtype": dtype, "method": method, "prompts": len(mine), "tok_per_s": round(toks / secs, 1),
+                             "tau": round(statistics.mean(acc), 3) if acc else None,
+                             "wall_s": round(time.perf_counter() - t0, 1)})
+    same = sum(recs["eager"][k]["output_ids"] == recs["static"][k]["output_ids"] for k in recs["eager"])
+    ar_same = sum(r["output_ids"] == recs["static"][(i, "ar")]["output_ids"] for (i, m), r in recs["static"].items())
+    rep.add("tiny", {"dtype": dtype, "static_eq_eager": f"{same}/{len(recs['eager'])}", "static_eq_static_ar": f"{ar_same}/{len(recs['static'])}"})
+
+
+def section_project(rep, ar_ms, dflash_step_ms):
+    rows = [r for r in csv.reader(line for line in REFERENCE.read_text().splitlines() if not line.startswith("#"))]
+    head, body = rows[0], rows[1:]
+    col = head.index("q8b_t0_tau")
+    for r in body:
+        tau = float(r[col])
+        rep.add("project", {"dataset": r[0], "dflash_tau_readme": tau, "ar_tok_s": round(1e3 / ar_ms, 1),
+                            "dflash_tok_s_projected": round(1e3 * tau / dflash_step_ms, 1),
+                            "speedup_projected": round(tau * ar_ms / dflash_step_ms, 2)})
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", default="qwen3-8b")
+    ap.add_argument("--contexts", default="512,4096")
+    ap.add_argument("--sizes", default="1,2,4,8,16,32,64,128,192,256,384,512,768,1024")
+    ap.add_argument("--sections", default="ar,curve,overhead,calib,equiv,tiny")
+    ap.add_argument("--grid", default="paper")
+    ap.add_argument("--tokens", type=int, default=48)
+    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--out", default="static_engine_out")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--dtype", default="auto", help="auto: bfloat16 on a GPU, float32 on the CPU")
+    ap.add_argument("--engines", default="static", help="static engines to compare with eager: static, fused")
+    ap.add_argument("--tiny-samples", type=int, default=20)
+    ap.add_argument("--tiny-tokens", type=int, default=128)
+    ap.add_argument("--from-json", default=None, help="project only: read the measured tables from this file")
+    args = ap.parse_args(argv)
+    out, sections = Path(args.out), args.sections.split(",")
+    rep = Report(out)
+    if args.from_json:  # the projection needs only earlier measurements (and ../shared, which stays here)
+        measured = json.loads(Path(args.from_json).read_text())
+        ctx = min(r["context"] for r in measured["ar"])
+        ar = [r["static_ms"] for r in measured["ar"] if r["context"] == ctx][0]
+        dfl = [r["step_ms_no_sync"] for r in measured["overhead"] if r["method"] == "dflash" and r["context"] == ctx][0]
+        section_project(rep, ar, dfl)
+        return 0
+    device = torch.device(args.device)
+    if sections == ["tiny"]:  # no 8B-shaped model needed
+        section_tiny(rep, out, args.tiny_samples, args.tiny_tokens, args.device, args.dtype)
+        return 0
+    dtype = getattr(torch, args.dtype) if args.dtype != "auto" else (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    t0 = time.perf_counter()
+    model, drafter = random_pair(args.shape, device, dtype)
+    target = Target(model)
+    contexts = [int(c) for c in args.contexts.split(",")]
+    sizes = [int(s) for s in args.sizes.split(",")]
+    gen = torch.Generator().manual_seed(0)
+    prompts = {c: torch.randint(0, model.config.vocab_size - 2, (c,), generator=gen).tolist() for c in contexts}
+    n_max = 8192 if "calib" in sections else 1024
+    engines = {name: StaticEngine(target, drafter, max_context=max(contexts) + 2048, n_max=n_max, fused=name == "fused")
+               for name in args.engines.split(",")}
+    engine = next(iter(engines.values()))
+    peaks = measure_peaks(device, dtype)
+    rep.add("setup", {"gpu": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__, "shape": args.shape,
+                      "build_s": round(time.perf_counter() - t0, 1), "copy_TBps": round(peaks.bytes_per_s / 1e12, 3),
+                      "matmul_TFLOPs": round(peaks.flops_per_s / 1e12, 1)})
+    cost = None
+    for sec in sections:
+        t1 = time.perf_counter()
+        try:
+            if sec == "ar":
+                section_ar(rep, target, engines, prompts, peaks, args.tokens)
+            elif sec == "curve":
+                section_curve(rep, target, engines, prompts, sizes, args.repeats)
+            elif sec == "overhead":
+                section_overhead(rep, engines, prompts, 16)
+            elif sec == "calib":
+                cost = section_calib(rep, target, engine, args.grid, out)
+            elif sec == "equiv":
+                section_equiv(rep, target, drafter, engines, prompts, args.tokens, cost)
+            elif sec == "tiny":
+                del model, drafter, target, engine, engines
+                torch.cuda.empty_cache()
+                section_tiny(rep, out, args.tiny_samples, args.tiny_tokens, args.device, args.dtype)
+        except Exception as exc:  # keep what the other sections measured
+            import traceback
+
+            traceback.print_exc()
+            rep.add("errors", {"section": sec, "error": repr(exc)[:500]})
+        live = locals().get("engine")  # the first static engine
+        rep.add("timing", {"section": sec, "seconds": round(time.perf_counter() - t1, 1),
+                           "graphs": len(live.runner.graphs) if live is not None else None,
+                           "capture_s": round(live.runner.capture_seconds, 1) if live is not None else None,
+                           "max_mem_GB": round(torch.cuda.max_memory_allocated() / 2**30, 1) if device.type == "cuda" else None})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
