@@ -16,6 +16,12 @@ import torch.nn.functional as F
 
 NAME = "bastion_gqa"
 
+# Up to this many query rows per K/V head (g * s) attention runs as two batched matrix
+# multiplies instead of the fused SDPA kernel: with a handful of rows the fused kernel
+# does not split the (long) key dimension across the GPU, while a batched GEMM does, so
+# for decode-like steps the plain form reads the window at close to full bandwidth.
+MATMUL_ROWS = 64
+
 
 def grouped_tree_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """Transformers attention-interface signature; returns ([1, s, Hq, D], None)."""
@@ -29,7 +35,13 @@ def grouped_tree_attention(module, query, key, value, attention_mask, scaling=No
     q = query.reshape(b, hkv, g * s, d)  # query head h = kv_head * g + r
     kv_len = attention_mask.shape[-1]
     mask = attention_mask[:, :, None].expand(b, 1, g, s, kv_len).reshape(b, 1, g * s, kv_len)
-    out = F.scaled_dot_product_attention(q, key, value, attn_mask=mask, scale=scaling)  # [1, Hkv, g*s, D]
+    scale = scaling if scaling is not None else d**-0.5
+    if g * s <= MATMUL_ROWS:
+        scores = torch.matmul(q, key.transpose(-1, -2)).float() * scale  # [1, Hkv, g*s, kv]
+        probs = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+        out = torch.matmul(probs.to(value.dtype), value)  # [1, Hkv, g*s, D]
+    else:
+        out = F.scaled_dot_product_attention(q, key, value, attn_mask=mask, scale=scale)  # [1, Hkv, g*s, D]
     return out.reshape(b, hq, s, d).transpose(1, 2).contiguous(), None
 
 

@@ -7,7 +7,9 @@ batch 1, as streaming its weights.  Written as functions of tensors only, the pa
 attention (norm, projections, head norms, rotary) and the part after it (output
 projection, residual, norm, gated MLP) compile once for every layer and every tree size
 (dynamic shapes); Inductor fuses the element-wise work around the matrix multiplies.
-The K/V write and the attention itself stay outside, on the engine's buffers.
+The q/k/v and the gate/up projections are each stacked into one matrix (one multiply
+instead of three or two).  The K/V write and the attention itself stay outside, on the
+engine's buffers.
 
 The arithmetic is the Transformers layers' (same operations, same fp32 upcasts); fused
 kernels may still round differently in bf16, which is why this path is an option of the
@@ -16,10 +18,12 @@ static engine (``fused=True``) and not its default.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from .static_attention import grouped_tree_attention
 
@@ -36,13 +40,15 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + rot * sin
 
 
-def pre_attention(x, ln, wq, wk, wv, qn, kn, cos, sin, eps: float, head_dim: int):
-    """[1, s, H] -> q [1, Hq, s, D], k and v [1, Hkv, s, D] (rotary applied)."""
+def pre_attention(x, ln, wqkv, qn, kn, cos, sin, eps: float, head_dim: int, kv_width: int):
+    """[1, s, H] -> q [1, Hq, s, D], k and v [1, Hkv, s, D] (rotary applied).
+
+    ``wqkv`` is the q, k and v projections stacked by rows: one matrix multiply.
+    """
     b, s, _ = x.shape
     h = _rms(x, ln, eps)
-    q = F.linear(h, wq).view(b, s, -1, head_dim)
-    k = F.linear(h, wk).view(b, s, -1, head_dim)
-    v = F.linear(h, wv).view(b, s, -1, head_dim)
+    q, k, v = F.linear(h, wqkv).split([wqkv.shape[0] - 2 * kv_width, kv_width, kv_width], dim=-1)
+    q, k, v = (t.reshape(b, s, -1, head_dim) for t in (q, k, v))
     if qn is not None:
         q, k = _rms(q, qn, eps), _rms(k, kn, eps)
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # [1, 1, s, D]
@@ -51,11 +57,30 @@ def pre_attention(x, ln, wq, wk, wv, qn, kn, cos, sin, eps: float, head_dim: int
     return q, k, v.transpose(1, 2)
 
 
-def post_attention(x, attn, wo, ln, wg, wu, wd, eps: float):
-    """Residual stream [1, s, H] after attention output [1, s, Hq * D] and the gated MLP."""
+def post_attention(x, attn, wo, ln, wgu, wd, eps: float):
+    """Residual stream [1, s, H] after attention output [1, s, Hq * D] and the gated MLP.
+
+    ``wgu`` is the gate and up projections stacked by rows: one matrix multiply.
+    """
     x = x + F.linear(attn, wo)
     h = _rms(x, ln, eps)
-    return x + F.linear(F.silu(F.linear(h, wg)) * F.linear(h, wu), wd)
+    gate, up = F.linear(h, wgu).chunk(2, dim=-1)
+    return x + F.linear(F.silu(gate) * up, wd)
+
+
+def stack_rows(linears: list[nn.Linear]) -> torch.Tensor:
+    """One weight matrix for several projections of the same input, without a second copy.
+
+    The stacked matrix becomes the storage: each module's weight is re-pointed to its
+    rows, so the model still works (with the same values) and the memory is not doubled.
+    """
+    stacked = torch.cat([m.weight.detach() for m in linears], dim=0)
+    row = 0
+    for m in linears:
+        n = m.weight.shape[0]
+        m.weight = nn.Parameter(stacked[row : row + n], requires_grad=False)
+        row += n
+    return stacked
 
 
 class FusedLayers:
@@ -70,17 +95,21 @@ class FusedLayers:
         for layer in target.layers:
             a, m = layer.self_attn, layer.mlp
             qn, kn = getattr(a, "q_norm", None), getattr(a, "k_norm", None)
+            if any(getattr(mod, "bias", None) is not None for mod in (a.q_proj, a.k_proj, a.v_proj, a.o_proj)):
+                raise ValueError("fused layers do not support attention biases; use the static engine without fused=True")
             self.weights.append((
-                (layer.input_layernorm.weight, a.q_proj.weight, a.k_proj.weight, a.v_proj.weight,
+                (layer.input_layernorm.weight, stack_rows([a.q_proj, a.k_proj, a.v_proj]),
                  None if qn is None else qn.weight, None if kn is None else kn.weight),
-                (a.o_proj.weight, layer.post_attention_layernorm.weight, m.gate_proj.weight, m.up_proj.weight,
+                (a.o_proj.weight, layer.post_attention_layernorm.weight, stack_rows([m.gate_proj, m.up_proj]),
                  m.down_proj.weight),
                 a,
             ))
-            if any(getattr(mod, "bias", None) is not None for mod in (a.q_proj, a.k_proj, a.v_proj, a.o_proj)):
-                raise ValueError("fused layers do not support attention biases; use the static engine without fused=True")
-        self.pre: Callable = torch.compile(pre_attention, dynamic=True) if compile else pre_attention
-        self.post: Callable = torch.compile(post_attention, dynamic=True) if compile else post_attention
+        self.kv_width = int(cfg.num_key_value_heads) * self.head_dim
+        # the model's constants are bound, not passed: dynamic shapes then vary only the token count
+        pre = functools.partial(pre_attention, eps=self.eps, head_dim=self.head_dim, kv_width=self.kv_width)
+        post = functools.partial(post_attention, eps=self.eps)
+        self.pre: Callable = torch.compile(pre, dynamic=True) if compile else pre
+        self.post: Callable = torch.compile(post, dynamic=True) if compile else post
 
     def forward(self, ids, positions, mask, cache, features: bool):
         """Same contract as :meth:`bastion.target.Target.forward` for a masked (tree) forward."""
@@ -89,10 +118,10 @@ class FusedLayers:
         cos, sin = t.inner.rotary_emb(x, positions)
         taps: list[torch.Tensor | None] = [None] * len(t.feature_layers)
         for i, (pre_w, post_w, attn_mod) in enumerate(self.weights):
-            q, k, v = self.pre(x, *pre_w, cos, sin, self.eps, self.head_dim)
+            q, k, v = self.pre(x, *pre_w, cos, sin)
             k_all, v_all = cache.write(i, k, v)
             out, _ = grouped_tree_attention(attn_mod, q, k_all, v_all, mask, scaling=attn_mod.scaling)
-            x = self.post(x, out.reshape(x.shape[0], x.shape[1], -1), *post_w, self.eps)
+            x = self.post(x, out.reshape(x.shape[0], x.shape[1], -1), *post_w)
             tap = t._tap.get(i)
             if tap is not None and features and i != t.num_layers - 1:
                 taps[tap] = x

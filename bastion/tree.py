@@ -129,11 +129,11 @@ def _layout(d_max: int, k: int, m: int, device: torch.device) -> tuple[torch.Ten
     return _LAYOUT[key]
 
 
-_CANDIDATES: dict[tuple[int, int, int, str], torch.Tensor | None] = {}
+_CANDIDATES: dict[tuple[int, int, int, str], tuple[torch.Tensor, ...] | None] = {}
 
 
-def _candidates(p: int, k: int, take: int, device: torch.device) -> torch.Tensor | None:
-    """Flat indices i * k + j of the (parent i, token j) pairs that can rank in the top ``take``.
+def _candidates(p: int, k: int, take: int, device: torch.device) -> tuple[torch.Tensor, ...] | None:
+    """(flat i * k + j, i, j) of the (parent i, token j) pairs that can rank in the top ``take``.
 
     Parents and tokens are both sorted best first, so pair (i, j) is beaten or tied by all
     (i' <= i, j' <= j): (i + 1)(j + 1) pairs.  Only pairs with (i + 1)(j + 1) <= take can
@@ -145,7 +145,8 @@ def _candidates(p: int, k: int, take: int, device: torch.device) -> torch.Tensor
     if key not in _CANDIDATES:
         rows = [torch.arange(min(k, take // (i + 1))) + i * k for i in range(min(p, take))]
         flat = torch.cat(rows)
-        _CANDIDATES[key] = flat.to(device) if flat.numel() < p * k // 2 else None
+        small = flat.numel() < p * k // 2
+        _CANDIDATES[key] = tuple(t.to(device) for t in (flat, flat // k, flat % k)) if small else None
     return _CANDIDATES[key]
 
 
@@ -166,8 +167,9 @@ def _top_paths(logq: torch.Tensor, m: int) -> tuple[torch.Tensor, ...]:
         if cand is None:
             v, i = (prev[:, None] + logq[d][None, :]).flatten().topk(take)
         else:  # only the pairs that can make the top `take` (see _candidates)
-            v, sel = (prev[torch.div(cand, k, rounding_mode="floor")] + logq[d][cand % k]).topk(take)
-            i = cand[sel]
+            flat, row, col = cand
+            v, sel = (prev[row] + logq[d][col]).topk(take)
+            i = flat[sel]
         vals.append(v)
         idxs.append(i)
         prev = v
