@@ -1,8 +1,10 @@
 """Choosing the engine that calibrates and decodes: ``eager`` or ``static``.
 
-Both engines run the same methods with the same lossless semantics.  ``eager`` drives the
+All engines run the same methods with the same lossless semantics.  ``eager`` drives the
 Transformers layers step by step with growing caches; ``static`` preallocates every
-buffer and replays CUDA graphs (:mod:`bastion.static_engine`).  Calibration must use the
+buffer and replays CUDA graphs (:mod:`bastion.static_engine`); ``compiled`` is ``static``
+with the target's layers fused by ``torch.compile`` (:mod:`bastion.static_layers`; on a
+CPU it runs the same functions uncompiled).  Calibration must use the
 engine that decodes, so everything that makes a decoder or probes verification latency
 goes through one :class:`Engine` object.
 """
@@ -18,7 +20,7 @@ from .decoding import Decoder
 from .target import Target
 from .tree import TreePolicy
 
-ENGINES = ("eager", "static")
+ENGINES = ("eager", "static", "compiled")
 
 
 def check_engine(name: str) -> str:
@@ -47,7 +49,8 @@ class Engine:
         if self._static is None:
             from .static_engine import StaticEngine
 
-            self._static = StaticEngine(self.target, self.drafter, self.max_context, self.n_max, graphs=self.graphs)
+            self._static = StaticEngine(self.target, self.drafter, self.max_context, self.n_max, graphs=self.graphs,
+                                        fused=self.name == "compiled")
         return self._static
 
     def decoder(self, method: str, policy: TreePolicy | None = None, cost_model: CostModel | None = None,

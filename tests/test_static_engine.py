@@ -185,7 +185,7 @@ def test_limits_are_refused_with_the_fix():
         StaticDecoder(engine, "bastion", TreePolicy(budget=64))
     with pytest.raises(ContextTooLongError, match=r"exceed the static engine's buffers \(\d+\); raise its max_context"):
         engine.window(engine.capacity + 1)
-    with pytest.raises(ValueError, match="unknown engine 'turbo'; choose one of: eager, static"):
+    with pytest.raises(ValueError, match="unknown engine 'turbo'; choose one of: eager, static, compiled"):
         check_engine("turbo")
 
 
@@ -198,6 +198,7 @@ def test_engine_factory_and_static_calibration_probe():
     eng = Engine("static", target, drafter, n_max=32)
     assert isinstance(eng.decoder("dflash"), StaticDecoder)
     assert isinstance(Engine("eager", target, drafter, n_max=32).decoder("ar"), Decoder)
+    assert Engine("compiled", target, drafter, n_max=32).static.fused is not None and eng.static.fused is None
     rows = probe_grid(target, Grid.named("tiny"), static=eng.verify_probe())
     assert [(r["s"], r["c"]) for r in rows] == Grid.named("tiny").points()
     assert all(r["latency_s"] > 0 for r in rows)
