@@ -8,6 +8,7 @@ Sections (``--sections``, comma list, run in this order):
   calib     the static engine's calibration on the paper grid: fit, in-sample and held-out error
   equiv     T = 0 outputs, static vs eager, on the random Qwen3-8B-shaped pair
   tiny      the bundled tiny pair end to end (CLI), eager and static, outputs compared
+  profile   (not by default) torch.profiler kernel table of 512-node BASTION steps
 
 ``--from-json FILE`` instead projects AR and DFlash throughput from the measured static step
 times in FILE and the DFlash README's acceptance lengths (a projection, not a measurement).
@@ -110,6 +111,22 @@ def section_overhead(rep, engines, prompts, steps):
             rep.add("overhead", row)
 
 
+def section_profile(rep, engines, prompts, out):
+    """Kernel table of a few 512-node BASTION steps (what the per-step overhead is made of)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    ctx = min(prompts)
+    for name, engine in engines.items():
+        dec = StaticDecoder(engine, "bastion", TreePolicy(budget=512))
+        dec.generate(prompts[ctx], 6)  # captures outside the profile
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            dec.generate(prompts[ctx], 8)
+        table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=40)
+        (out / f"profile_{name}.txt").write_text(table)
+        print(table, flush=True)
+        rep.add("profile", {"engine": name, "context": ctx, "table": f"profile_{name}.txt"})
+
+
 def section_calib(rep, target, engine, grid_name, out):
     t0 = time.perf_counter()
     grid = Grid.named(grid_name)
@@ -194,7 +211,7 @@ def main(argv=None) -> int:
     ap.add_argument("--grid", default="paper")
     ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--out", default="static_engine_out")
+    ap.add_argument("--out", default="results/static_engine")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", default="auto", help="auto: bfloat16 on a GPU, float32 on the CPU")
     ap.add_argument("--engines", default="static", help="static engines to compare with eager: static, fused")
@@ -206,9 +223,11 @@ def main(argv=None) -> int:
     rep = Report(out)
     if args.from_json:  # the projection needs only earlier measurements (and ../shared, which stays here)
         measured = json.loads(Path(args.from_json).read_text())
+        name = args.engines.split(",")[0]
         ctx = min(r["context"] for r in measured["ar"])
-        ar = [r["static_ms"] for r in measured["ar"] if r["context"] == ctx][0]
-        dfl = [r["step_ms_no_sync"] for r in measured["overhead"] if r["method"] == "dflash" and r["context"] == ctx][0]
+        ar = [r[f"{name}_ms"] for r in measured["ar"] if r["context"] == ctx][0]
+        dfl = [r["step_ms_no_sync"] for r in measured["overhead"]
+               if r["method"] == "dflash" and r["context"] == ctx and r.get("engine", "static") == name][0]
         section_project(rep, ar, dfl)
         return 0
     device = torch.device(args.device)
@@ -224,7 +243,7 @@ def main(argv=None) -> int:
     gen = torch.Generator().manual_seed(0)
     prompts = {c: torch.randint(0, model.config.vocab_size - 2, (c,), generator=gen).tolist() for c in contexts}
     n_max = 8192 if "calib" in sections else 1024
-    engines = {name: StaticEngine(target, drafter, max_context=max(contexts) + 2048, n_max=n_max, fused=name == "fused")
+    engines = {name: StaticEngine(target, drafter, max_context=max(contexts) + 2048, n_max=n_max, fused=name in ("fused", "compiled"))
                for name in args.engines.split(",")}
     engine = next(iter(engines.values()))
     peaks = measure_peaks(device, dtype)
@@ -241,6 +260,8 @@ def main(argv=None) -> int:
                 section_curve(rep, target, engines, prompts, sizes, args.repeats)
             elif sec == "overhead":
                 section_overhead(rep, engines, prompts, 16)
+            elif sec == "profile":
+                section_profile(rep, engines, prompts, out)
             elif sec == "calib":
                 cost = section_calib(rep, target, engine, args.grid, out)
             elif sec == "equiv":
