@@ -225,3 +225,22 @@ def test_grouped_attention_equals_repeated_heads():
     torch.testing.assert_close(out, ref)
     wrong, _ = grouped_tree_attention(Module(), q, k, v, mask.flip(-1), scaling=0.25)
     assert not torch.allclose(wrong, ref)
+
+
+def test_gpu_benchmark_script_runs_on_the_cpu(tmp_path):
+    """The H200 measurement script, on a small random shape: its tables fill and engines agree."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "static_engine.py"
+    spec = importlib.util.spec_from_file_location("static_engine_benchmark", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--shape", "small", "--contexts", "48", "--sizes", "1,8", "--sections", "ar,curve,equiv",
+                       "--engines", "static,compiled", "--tokens", "6", "--repeats", "1", "--device", "cpu",
+                       "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "static_engine.json").read_text())
+    assert "errors" not in data
+    assert {r["s"] for r in data["curve"]} == {1, 8} and all(r["compiled_ms"] > 0 for r in data["curve"])
+    assert len(data["equiv"]) == 6 and all(r["static_eq_eager"] for r in data["equiv"])
