@@ -58,4 +58,10 @@ def planned(work: Path, *args: str) -> dict[str, int]:
 
 
 def hardware_key(work: Path) -> str:
+    """The key `hardware: auto` gives this machine, when it has results (other keys' may exist too)."""
+    from bastion.hardware import detect_key
+
+    key = detect_key("cpu")
+    if (work / "results" / key).is_dir():
+        return key
     return next(p.name for p in sorted((work / "results").iterdir()) if p.is_dir() and p.name not in ("datasets", "models"))
