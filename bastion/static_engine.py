@@ -111,7 +111,6 @@ class StaticEngine:
             self.set_topk(1)
             m = max(n - 1, 1)
             self.paths = {k: torch.zeros(m, **long) for k in ("depth", "local", "par_local", "rank")}
-            self.path_count = 0
             self.block_ids = torch.full((b,), int(d.mask_token_id), **long)
 
     def ensure_capacity(self, need: int) -> None:
