@@ -63,6 +63,27 @@ class PositionLimitError(ValueError):
     """The prompt plus the requested tokens do not fit the model's positions."""
 
 
+def check_method(method: str, has_drafter: bool, policy: TreePolicy, cost_model, overheads) -> None:
+    """What every engine's decoder refuses before any work: unknown or under-equipped methods."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+    if method != "ar" and not has_drafter:
+        raise ValueError(f"method {method!r} needs a drafter")
+    if method == "bastion" and policy.budget is None and (cost_model is None or overheads is None):
+        raise ValueError("adaptive BASTION needs a calibrated cost model and step overheads (or a fixed budget)")
+
+
+def check_fits(target: Target, prompt_len: int, max_new_tokens: int, block: int) -> None:
+    """The prompt, the requested tokens and one draft block must fit the target's positions."""
+    need = prompt_len + max_new_tokens + block
+    if need > target.max_positions:
+        raise PositionLimitError(
+            f"prompt of {prompt_len} tokens + max_new_tokens {max_new_tokens} + block {block} "
+            f"= {need} positions, but the target supports {target.max_positions} "
+            "(max_position_embeddings); shorten the prompt or lower --max-new-tokens"
+        )
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -80,13 +101,8 @@ class Decoder:
         cost_model: CostModel | None = None,
         overheads: StepOverheads | None = None,
     ) -> None:
-        if method not in METHODS:
-            raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
-        if method != "ar" and drafter is None:
-            raise ValueError(f"method {method!r} needs a drafter")
         self.policy = policy or TreePolicy()
-        if method == "bastion" and self.policy.budget is None and (cost_model is None or overheads is None):
-            raise ValueError("adaptive BASTION needs a calibrated cost model and step overheads (or a fixed budget)")
+        check_method(method, drafter is not None, self.policy, cost_model, overheads)
         self.target, self.method, self.drafter = target, method, drafter
         self.cost_model, self.overheads = cost_model, overheads
         if drafter is not None:
@@ -97,13 +113,7 @@ class Decoder:
 
     # ------------------------------------------------------------------ helpers
     def check_fits(self, prompt_len: int, max_new_tokens: int) -> None:
-        need = prompt_len + max_new_tokens + self.block_size
-        if need > self.target.max_positions:
-            raise PositionLimitError(
-                f"prompt of {prompt_len} tokens + max_new_tokens {max_new_tokens} + block {self.block_size} "
-                f"= {need} positions, but the target supports {self.target.max_positions} "
-                "(max_position_embeddings); shorten the prompt or lower --max-new-tokens"
-            )
+        check_fits(self.target, prompt_len, max_new_tokens, self.block_size)
 
     def _draft(self, root: torch.Tensor, c: int, feats: torch.Tensor, feat_pos: torch.Tensor, dcache) -> torch.Tensor:
         """Draft logits [b - 1, V] for depths 1..b-1 of the block starting at position c."""

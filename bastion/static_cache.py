@@ -20,6 +20,16 @@ class ContextTooLongError(ValueError):
     """A prompt plus its generation does not fit the engine's preallocated buffers."""
 
 
+def _write_window(kv: torch.Tensor, index: torch.Tensor, kv_len: int, k: torch.Tensor, v: torch.Tensor):
+    """Put ``k``/``v`` [1, H, s, D] at positions ``index`` of one layer's ``kv`` [2, 1, H, cap, D].
+
+    Returns the K and V views of the attention window ``[0, kv_len)``.
+    """
+    kv[0].index_copy_(2, index, k)
+    kv[1].index_copy_(2, index, v)
+    return kv[0, :, :, :kv_len], kv[1, :, :, :kv_len]
+
+
 class _StaticLayer(CacheLayerMixin):
     """One layer's view of :class:`StaticKVCache` for Transformers' cache protocol."""
 
@@ -67,10 +77,7 @@ class StaticKVCache(Cache):
 
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Put ``k``/``v`` [1, kv_heads, s, D] at ``write_index``; return the window views."""
-        kv = self.kv[layer]  # [2, 1, H, cap, D]
-        kv[0].index_copy_(2, self.write_index, k)
-        kv[1].index_copy_(2, self.write_index, v)
-        return kv[0, :, :, : self.kv_len], kv[1, :, :, : self.kv_len]
+        return _write_window(self.kv[layer], self.write_index, self.kv_len, k, v)
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.length
@@ -105,10 +112,7 @@ class StaticContextKV:
         self.kv_len = 0
 
     def extend(self, layer: int, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        kv = self.kv[layer]  # [2, 1, H, cap, D]
-        kv[0].index_copy_(2, self.write_index, k_new)
-        kv[1].index_copy_(2, self.write_index, v_new)
-        return kv[0, :, :, : self.kv_len], kv[1, :, :, : self.kv_len]
+        return _write_window(self.kv[layer], self.write_index, self.kv_len, k_new, v_new)
 
     def advance(self, m: int) -> None:
         pass

@@ -19,9 +19,9 @@ import torch
 
 from .accept import propose
 from .cost_model import CostModel, StepOverheads
-from .decoding import METHODS, GenerationResult, PositionLimitError, StepStats
+from .decoding import GenerationResult, StepStats, check_fits, check_method
 from .static_engine import StaticEngine, search_width
-from .tree import TreePolicy, bucket_size
+from .tree import TreePolicy, _layout, bucket_size
 
 
 class StaticDecoder:
@@ -35,13 +35,8 @@ class StaticDecoder:
         cost_model: CostModel | None = None,
         overheads: StepOverheads | None = None,
     ) -> None:
-        if method not in METHODS:
-            raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
-        if method != "ar" and engine.drafter is None:
-            raise ValueError(f"method {method!r} needs a drafter")
         self.policy = policy or TreePolicy()
-        if method == "bastion" and self.policy.budget is None and (cost_model is None or overheads is None):
-            raise ValueError("adaptive BASTION needs a calibrated cost model and step overheads (or a fixed budget)")
+        check_method(method, engine.drafter is not None, self.policy, cost_model, overheads)
         limit = self.policy.budget if self.policy.budget is not None else self.policy.n_max
         if method == "bastion" and limit > engine.n_max:
             raise ValueError(
@@ -52,15 +47,6 @@ class StaticDecoder:
         self.cost_model, self.overheads = cost_model, overheads
         self.block_size = engine.block if method != "ar" else 1
         self.target = engine.target
-
-    def check_fits(self, prompt_len: int, max_new_tokens: int) -> None:
-        need = prompt_len + max_new_tokens + self.engine.block
-        if need > self.target.max_positions:
-            raise PositionLimitError(
-                f"prompt of {prompt_len} tokens + max_new_tokens {max_new_tokens} + block {self.engine.block} "
-                f"= {need} positions, but the target supports {self.target.max_positions} "
-                "(max_position_embeddings); shorten the prompt or lower --max-new-tokens"
-            )
 
     def _tree_size(self, got: int) -> int | None:
         """The node count when the host knows it without reading the device."""
@@ -90,7 +76,7 @@ class StaticDecoder:
             raise ValueError("empty prompt: at least one token is needed")
         if max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-        self.check_fits(prompt_len, max_new_tokens)
+        check_fits(self.target, prompt_len, max_new_tokens, eng.block)
         if max_new_tokens == 0:
             return GenerationResult([], prompt_len, 0.0, 0.0, "max_new_tokens")
         # one step past the last commit may still draft and verify: leave it room
@@ -185,16 +171,11 @@ class StaticDecoder:
 
 
 def _rank(eng: StaticEngine, m: int, policy: TreePolicy, cost_model, fixed: float) -> int:
-    """Rank ``m`` paths through a graph keyed by ``m``; return how many paths exist."""
-    got = min(m, _paths_available(eng.block - 1, eng.topk, m))
+    """Rank ``m`` paths through a graph keyed by ``m``; return how many paths exist.
+
+    The count is a shape (the ranked-path layout of ``_top_paths``), so the host knows it
+    without reading the device.
+    """
+    got = min(m, _layout(eng.block - 1, eng.topk, m, eng.device)[0].shape[0])
     eng.runner(("rank", m, eng.topk, policy, id(cost_model), fixed), lambda: eng.rank(m, policy, cost_model, fixed))
     return got
-
-
-def _paths_available(depths: int, k: int, m: int) -> int:
-    """How many paths ``_top_paths`` returns for m: per depth min(m, width * k), capped at m overall."""
-    total, width = 0, 1
-    for _ in range(depths):
-        width = min(m, width * k)
-        total += width
-    return min(total, m)
