@@ -79,6 +79,15 @@ def log2_axis(ax, axis: str, values: np.ndarray) -> None:
         getattr(ax, f"set_{axis}lim")(0, values.max() * 1.2)
 
 
+def finish_panels(fig, axes, n_panels: int, title: str, height: float, out_pdf: str | os.PathLike) -> None:
+    """Blank the unused panels, put the title above the grid, lay out and save."""
+    for ax in axes.flat[n_panels:]:
+        ax.axis("off")
+    suptitle(fig, title, height)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.38 / height))
+    save(fig, out_pdf)
+
+
 def panel_figure(n_panels: int, panel_width: float, row_height: float, max_cols: int = 2):
     """A grid of panels (one per (model, temperature)); returns (fig, axes [rows, cols], height)."""
     nr, nc = grid_shape(n_panels, max_cols)

@@ -16,10 +16,9 @@ from .plot_style import (
     EXTRA_COLORS,
     SPEEDUP_LABEL,
     color,
+    finish_panels,
     panel_figure,
     require,
-    save,
-    suptitle,
 )
 from .tables import (
     AVERAGE,
@@ -89,11 +88,7 @@ def speedup_bars(cells_csv: str | os.PathLike, out_pdf: str | os.PathLike, title
         ax.set_title(combo_label(model, temp), fontsize=10)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
         ax.grid(axis="y", alpha=0.3)
-    for ax in axes.flat[len(panels):]:
-        ax.axis("off")
-    suptitle(fig, title_text(title, "Speedup over AR"), height)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.38 / height))
-    save(fig, out_pdf)
+    finish_panels(fig, axes, len(panels), title_text(title, "Speedup over AR"), height, out_pdf)
 
 
 # --------------------------------------------------------------------------- budget ablation
@@ -167,11 +162,7 @@ def budget_ablation(cells_csv: str | os.PathLike, out_pdf: str | os.PathLike,
         ax.set_title(combo_label(model, temp), fontsize=10)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
         ax.grid(alpha=0.3)
-    for ax in axes.flat[len(panels):]:
-        ax.axis("off")
-    suptitle(fig, title_text(title, "Tree budget ablation"), height)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.38 / height))
-    save(fig, out_pdf)
+    finish_panels(fig, axes, len(panels), title_text(title, "Tree budget ablation"), height, out_pdf)
 
 
 # --------------------------------------------------------------------------- hardware comparison
@@ -217,13 +208,9 @@ def hardware_comparison(cells_csvs: Sequence[str | os.PathLike] | str | os.PathL
         ax.legend(fontsize=8, title="hardware", title_fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0),
                   borderaxespad=0)
         ax.grid(axis="y", alpha=0.3)
-    for ax in axes.flat[len(panels):]:
-        ax.axis("off")
     if isinstance(title, Mapping):
         title = {**title, "hardware": hardware}
-    suptitle(fig, title_text(title, "Speedup across hardware"), height)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.38 / height))
-    save(fig, out_pdf)
+    finish_panels(fig, axes, len(panels), title_text(title, "Speedup across hardware"), height, out_pdf)
 
 
 __all__ = ["budget_ablation", "hardware_comparison", "speedup_bars", "title_text"]

@@ -18,12 +18,11 @@ from .plot_style import (
     EXTRA_COLORS,
     MAX_SCATTER,
     color,
+    finish_panels,
     log2_axis,
     panel_figure,
     pyplot,
     require,
-    save,
-    suptitle,
 )
 from .tables import (
     combo_label,
@@ -71,11 +70,7 @@ def acceptance_length(steps_csv: str | os.PathLike, out_pdf: str | os.PathLike,
         ax.set_title(combo_label(model, temp), fontsize=10)
         ax.legend(fontsize=8)
         ax.grid(axis="y", alpha=0.3)
-    for ax in axes.flat[len(panels):]:
-        ax.axis("off")
-    suptitle(fig, title_text(title, "Acceptance length per step"), height)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.38 / height))
-    save(fig, out_pdf)
+    finish_panels(fig, axes, len(panels), title_text(title, "Acceptance length per step"), height, out_pdf)
 
 
 # --------------------------------------------------------------------------- tree budget
@@ -142,9 +137,7 @@ def tree_budget(steps_csv: str | os.PathLike, out_pdf: str | os.PathLike, title:
         right.set_title(f"{combo_label(model, temp)}: tree size against context", fontsize=10)
         right.legend(fontsize=8)
         right.grid(alpha=0.3)
-    suptitle(fig, title_text(title, "BASTION adaptive tree budget"), height)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.38 / height))
-    save(fig, out_pdf)
+    finish_panels(fig, axes, axes.size, title_text(title, "BASTION adaptive tree budget"), height, out_pdf)
 
 
 # --------------------------------------------------------------------------- cost model fit
@@ -219,8 +212,4 @@ def cost_model_fit(grid_jsons: Sequence[str | os.PathLike], models: Sequence[str
                      fontsize=10)
         ax.legend(fontsize=7, loc="upper left")
         ax.grid(alpha=0.3)
-    for ax in axes.flat[len(panels):]:
-        ax.axis("off")
-    suptitle(fig, title_text(title, "Cost model fit"), height)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.38 / height))
-    save(fig, out_pdf)
+    finish_panels(fig, axes, len(panels), title_text(title, "Cost model fit"), height, out_pdf)

@@ -33,6 +33,21 @@ def _same_stack(before: dict[str, Any], now: dict[str, Any], where: str) -> None
     fingerprint.check(before, now, where, "Rerun the calibration rules on one device type (delete the results/{hardware}/{model} calibration files).")
 
 
+def _load_target(before: dict[str, Any], where: str, model_json: str, device: str, dtype: str, attn_impl: str,
+                 engine: str):
+    """Device, dtype and fingerprint of this process, checked against the previous stage's, then the target.
+
+    Returns (device, dtype, fingerprint, model paths, target); the check runs before any
+    weights load.
+    """
+    dev = hardware.resolve_device(device)
+    dt = hardware.resolve_dtype(dtype, dev)
+    fp_now = fingerprint.collect(dev, dt, attn_impl, engine)
+    _same_stack(before, fp_now, where)
+    paths = read_json(model_json)
+    return dev, dt, fp_now, paths, models.load_target(paths["target"], dt, dev, attn_impl)
+
+
 def measure_hardware(out: str, hardware_key: str, pattern: str | None, device: str, dtype: str, attn_impl: str, engine: str) -> dict[str, Any]:
     dev = hardware.resolve_device(device)
     where = hardware.check_device(hardware_key, pattern, dev)
@@ -45,12 +60,8 @@ def measure_hardware(out: str, hardware_key: str, pattern: str | None, device: s
 
 def calibrate_latency(out: str, model_json: str, hardware_json: str, grid_name: str, device: str, dtype: str, attn_impl: str, engine: str) -> dict[str, Any]:
     hw = read_json(hardware_json)
-    dev = hardware.resolve_device(device)
-    dt = hardware.resolve_dtype(dtype, dev)
-    fp_now = fingerprint.collect(dev, dt, attn_impl, engine)
-    _same_stack(hw["fingerprint"], fp_now, hardware_json)
-    paths = read_json(model_json)
-    target = models.load_target(paths["target"], dt, dev, attn_impl)
+    dev, dt, fp_now, paths, target = _load_target(hw["fingerprint"], hardware_json, model_json, device, dtype,
+                                                  attn_impl, engine)
     grid = Grid.named(grid_name)
     # the static engine's probe taps the drafter's layers, as its decode steps do
     drafter = models.load_drafter(paths["drafter"], dt, dev) if engine != "eager" else None
@@ -69,12 +80,8 @@ def profile_constants(out: str, model_name: str, model_json: str, latency_json: 
     from .cost_model import CostModel
 
     lat = read_json(latency_json)
-    dev = hardware.resolve_device(device)
-    dt = hardware.resolve_dtype(dtype, dev)
-    fp_now = fingerprint.collect(dev, dt, attn_impl, engine)
-    _same_stack(lat["fingerprint"], fp_now, latency_json)
-    paths = read_json(model_json)
-    target = models.load_target(paths["target"], dt, dev, attn_impl)
+    dev, dt, fp_now, paths, target = _load_target(lat["fingerprint"], latency_json, model_json, device, dtype,
+                                                  attn_impl, engine)
     drafter = models.load_drafter(paths["drafter"], dt, dev)
     models.check_pair(target, drafter, paths["target"], paths["drafter"])
     rng = random.Random(seed)

@@ -39,8 +39,17 @@ fi
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 rc=0
+gone_within() {  # gone_within TRIES PID NAME: true once PID has exited (checked every 0.2 s)
+    local k
+    for ((k = 0; k < $1; k++)); do
+        pid_alive "$2" "$3" || return 0
+        sleep 0.2
+    done
+    return 1
+}
+
 stop_one() {  # stop_one NAME PID
-    local name=$1 pid=$2 k
+    local name=$1 pid=$2
     if [ -z "$pid" ]; then
         return 0
     fi
@@ -49,16 +58,10 @@ stop_one() {  # stop_one NAME PID
         return 0
     fi
     kill -TERM "$pid" 2>/dev/null || true
-    for ((k = 0; k < 100; k++)); do
-        pid_alive "$pid" "$name" || { log "stopped $name (pid $pid)"; return 0; }
-        sleep 0.2
-    done
+    gone_within 100 "$pid" "$name" && { log "stopped $name (pid $pid)"; return 0; }
     log "$name (pid $pid) ignored SIGTERM for 20 s; sending SIGKILL"
     kill -KILL "$pid" 2>/dev/null || true
-    for ((k = 0; k < 25; k++)); do
-        pid_alive "$pid" "$name" || { log "killed $name (pid $pid)"; return 0; }
-        sleep 0.2
-    done
+    gone_within 25 "$pid" "$name" && { log "killed $name (pid $pid)"; return 0; }
     log "ERROR: $name (pid $pid) is still running"
     rc=1
 }
