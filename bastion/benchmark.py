@@ -50,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", default="cache", help="calibration (and prepared dataset) cache directory")
     p.add_argument("--attn-impl", default="sdpa", choices=["sdpa", "eager"])
     p.add_argument("--engine", default="eager", choices=list(ENGINES),
-                   help="eager: Transformers layers step by step; static: preallocated buffers and CUDA graphs")
+                   help="eager: Transformers layers step by step; static: preallocated buffers and CUDA graphs; "
+                        "compiled: static with torch.compile'd layers")
     p.add_argument("--n-min", type=int, default=32, help="BASTION: minimum tree size and bucket width")
     p.add_argument("--n-max", type=int, default=8192, help="BASTION: maximum tree size")
     p.add_argument("--topk", type=int, default=128, help="BASTION: candidate tokens per depth (<= 128)")

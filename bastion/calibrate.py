@@ -117,7 +117,7 @@ def probe_grid(
         raise CalibrationError(f"only {len(points)} grid points fit the target's {target.max_positions} positions")
     total, done = len(points), 0
     if static is not None:  # one allocation for the whole grid (growing drops captured graphs)
-        static.ensure_capacity(max(c + s for s, c in points))
+        static.ensure_capacity(max(c + s for s, c in points), nodes=max(s for s, _ in points))
     for c in grid.c_values:
         s_values = [s for s, cc in points if cc == c]
         if not s_values:

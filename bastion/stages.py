@@ -65,7 +65,7 @@ def calibrate_latency(out: str, model_json: str, hardware_json: str, grid_name: 
     grid = Grid.named(grid_name)
     # the static engine's probe taps the drafter's layers, as its decode steps do
     drafter = models.load_drafter(paths["drafter"], dt, dev) if engine != "eager" else None
-    probe_engine = Engine(engine, target, drafter, n_max=max(s for s, _ in grid.points()))
+    probe_engine = Engine(engine, target, drafter, n_max=1)  # probe_grid sizes it to the grid
     rows = probe_grid(target, grid, static=probe_engine.verify_probe())
     shape = ModelShape.from_config(target.config, torch.finfo(dt).bits // 8)
     cost, report = fit_probe(rows, shape, HardwarePeaks(**hw["peaks"]), grid.holdout_every)

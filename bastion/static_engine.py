@@ -113,11 +113,12 @@ class StaticEngine:
             self.paths = {k: torch.zeros(m, **long) for k in ("depth", "local", "par_local", "rank")}
             self.block_ids = torch.full((b,), int(d.mask_token_id), **long)
 
-    def ensure_capacity(self, need: int) -> None:
-        """Grow the buffers for a longer context; the graphs captured on the old ones are dropped."""
-        if need > self.max_context:
+    def ensure_capacity(self, need: int, nodes: int = 0) -> None:
+        """Grow the buffers for a longer context (or larger trees); graphs on the old ones are dropped."""
+        if need > self.max_context or nodes > self.n_max:
             self.runner = GraphRunner(self.device, enabled=self.runner.enabled)
-            self._allocate(_round_up(need, self.kv_block))
+            self.n_max = max(self.n_max, nodes)
+            self._allocate(_round_up(max(need, self.max_context), self.kv_block))
 
     def window(self, tokens: int) -> int:
         """The attention window that covers ``tokens`` positions."""
@@ -270,9 +271,7 @@ class StaticEngine:
         first ``c`` entries are left as they are instead of prefilling ``c`` tokens.
         """
         s = tokens.shape[0]
-        self.ensure_capacity(c + s)
-        if s > self.n_max:
-            raise ValueError(f"a probe of {s} tokens exceeds the static engine's n_max={self.n_max}")
+        self.ensure_capacity(c + s, nodes=s)
         kv = self.window(c + s)
         self.length.fill_(c)
         self.cache.length = c

@@ -195,13 +195,14 @@ def test_engine_factory_and_static_calibration_probe():
     model = tiny_target(seed=2)
     target = Target(model)
     drafter = tiny_drafter(model, block_size=4)
-    eng = Engine("static", target, drafter, n_max=32)
+    eng = Engine("static", target, drafter, n_max=4)  # smaller than the grid's trees: the probe grows it
     assert isinstance(eng.decoder("dflash"), StaticDecoder)
     assert isinstance(Engine("eager", target, drafter, n_max=32).decoder("ar"), Decoder)
     assert Engine("compiled", target, drafter, n_max=32).static.fused is not None and eng.static.fused is None
     rows = probe_grid(target, Grid.named("tiny"), static=eng.verify_probe())
     assert [(r["s"], r["c"]) for r in rows] == Grid.named("tiny").points()
     assert all(r["latency_s"] > 0 for r in rows)
+    assert eng.static.n_max == max(s for s, _ in Grid.named("tiny").points())
     # the probe leaves the engine usable for decoding, with the same outputs as before
     assert eng.decoder("ar").generate([1, 2, 3], 10).output_ids == _ar(target, [1, 2, 3], 10)
 
