@@ -267,7 +267,8 @@ def main(argv=None) -> int:
             elif sec == "equiv":
                 section_equiv(rep, target, drafter, engines, prompts, args.tokens, cost)
             elif sec == "tiny":
-                del model, drafter, target, engine, engines
+                del model, drafter, target, engines
+                engine = None  # the 8B-shaped pair leaves the GPU for the tiny pair's CLI runs
                 torch.cuda.empty_cache()
                 section_tiny(rep, out, args.tiny_samples, args.tiny_tokens, args.device, args.dtype)
         except Exception as exc:  # keep what the other sections measured
@@ -275,7 +276,7 @@ def main(argv=None) -> int:
 
             traceback.print_exc()
             rep.add("errors", {"section": sec, "error": repr(exc)[:500]})
-        live = locals().get("engine")  # the first static engine
+        live = engine  # the first static engine (None once freed)
         rep.add("timing", {"section": sec, "seconds": round(time.perf_counter() - t1, 1),
                            "graphs": len(live.runner.graphs) if live is not None else None,
                            "capture_s": round(live.runner.capture_seconds, 1) if live is not None else None,
