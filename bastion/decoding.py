@@ -22,7 +22,7 @@ from dflash import DFlashDraftModel
 from .accept import accept, propose
 from .cost_model import CostModel, StepOverheads
 from .target import Target
-from .tree import Tree, TreePolicy, build_tree, chain_tree, root_tree
+from .tree import Tree, TreePolicy, build_tree_topk, chain_tree, draft_topk, root_tree, topk_width
 
 METHODS = ("ar", "dflash", "bastion")
 
@@ -130,12 +130,12 @@ class Decoder:
         if self.method == "dflash":
             return chain_tree(root, draft_logits.argmax(dim=-1))
         # Draft probabilities at the sampling temperature (1 for greedy) feed the surrogate.
-        logprobs = torch.log_softmax(draft_logits.float() / (temperature if temperature > 0 else 1.0), dim=-1)
+        logq, tok = draft_topk(draft_logits, temperature, topk_width(self.policy, draft_logits.shape[-1]))
         curve = fixed = None
         if self.policy.budget is None:
             curve = self.cost_model.curve(c, self.policy.n_max, device=draft_logits.device)
             fixed = self.overheads.fixed
-        return build_tree(root, logprobs, self.policy, curve, fixed or 0.0, search_hint=hint)
+        return build_tree_topk(root, logq, tok, self.policy, curve, fixed or 0.0, search_hint=hint)
 
     # ------------------------------------------------------------------ main loop
     @torch.no_grad()

@@ -23,26 +23,35 @@ NAME = "bastion_gqa"
 MATMUL_ROWS = 64
 
 
+def grouped_attention(query, key, value, mask, scale: float):
+    """Masked attention of query [1, Hq, s, D] over key/value [1, Hkv, kv, D] -> [1, s, Hq, D].
+
+    ``mask`` [1, 1, s, kv] (bool, True = may attend).  A pure function of tensors, so the
+    compiled engine can fuse the scaling, masking, softmax and casts into one kernel.
+    """
+    b, hq, s, d = query.shape
+    hkv = key.shape[1]
+    g = hq // hkv
+    q = query.reshape(b, hkv, g * s, d)  # query head h = kv_head * g + r
+    kv_len = mask.shape[-1]
+    rows = mask[:, :, None].expand(b, 1, g, s, kv_len).reshape(b, 1, g * s, kv_len)
+    if g * s <= MATMUL_ROWS:
+        scores = torch.matmul(q, key.transpose(-1, -2)).float() * scale  # [1, Hkv, g*s, kv]
+        probs = torch.softmax(scores.masked_fill(~rows, float("-inf")), dim=-1)
+        out = torch.matmul(probs.to(value.dtype), value)  # [1, Hkv, g*s, D]
+    else:
+        out = F.scaled_dot_product_attention(q, key, value, attn_mask=rows, scale=scale)  # [1, Hkv, g*s, D]
+    return out.reshape(b, hq, s, d).transpose(1, 2).contiguous()
+
+
 def grouped_tree_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """Transformers attention-interface signature; returns ([1, s, Hq, D], None)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    b, hq, s, d = query.shape  # [1, Hq, s, D]
-    hkv = key.shape[1]  # key/value [1, Hkv, kv, D]
-    g = hq // hkv
-    if attention_mask is None or g == 1:  # causal prefill, or no grouping: the standard path
+    if attention_mask is None or query.shape[1] == key.shape[1]:  # causal prefill, or no grouping
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
-    q = query.reshape(b, hkv, g * s, d)  # query head h = kv_head * g + r
-    kv_len = attention_mask.shape[-1]
-    mask = attention_mask[:, :, None].expand(b, 1, g, s, kv_len).reshape(b, 1, g * s, kv_len)
-    scale = scaling if scaling is not None else d**-0.5
-    if g * s <= MATMUL_ROWS:
-        scores = torch.matmul(q, key.transpose(-1, -2)).float() * scale  # [1, Hkv, g*s, kv]
-        probs = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
-        out = torch.matmul(probs.to(value.dtype), value)  # [1, Hkv, g*s, D]
-    else:
-        out = F.scaled_dot_product_attention(q, key, value, attn_mask=mask, scale=scale)  # [1, Hkv, g*s, D]
-    return out.reshape(b, hq, s, d).transpose(1, 2).contiguous(), None
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    return grouped_attention(query, key, value, attention_mask, scale), None
 
 
 def register() -> str:

@@ -21,7 +21,8 @@ from .accept import propose
 from .cost_model import CostModel, StepOverheads
 from .decoding import GenerationResult, StepStats, check_fits, check_method
 from .static_engine import StaticEngine, search_width
-from .tree import TreePolicy, _layout, bucket_size
+from .path_rank import layout
+from .tree import TreePolicy, bucket_size, topk_width
 
 
 class StaticDecoder:
@@ -95,8 +96,7 @@ class StaticDecoder:
         eng.root.copy_(first[0])
         output = [int(first.item())]
         if method == "bastion":
-            eng.set_topk(min(policy.topk, self.target.lm_head.weight.shape[0],
-                             max((policy.budget or policy.n_max) - 1, 1)))
+            eng.set_topk(topk_width(policy, self.target.lm_head.weight.shape[0]))
         if not greedy:
             eng.logits_buffer()  # allocated before any graph that writes it is captured
         if use_draft:  # the first draft takes in the whole prompt's features: one-off shape, eager
@@ -173,9 +173,9 @@ class StaticDecoder:
 def _rank(eng: StaticEngine, m: int, policy: TreePolicy, cost_model, fixed: float) -> int:
     """Rank ``m`` paths through a graph keyed by ``m``; return how many paths exist.
 
-    The count is a shape (the ranked-path layout of ``_top_paths``), so the host knows it
+    The count is a shape (the ranked-path layout of :func:`bastion.path_rank.top_paths`), so the host knows it
     without reading the device.
     """
-    got = min(m, _layout(eng.block - 1, eng.topk, m, eng.device)[0].shape[0])
+    got = min(m, layout(eng.block - 1, eng.topk, m, eng.device)[0].shape[0])
     eng.runner(("rank", m, eng.topk, policy, id(cost_model), fixed), lambda: eng.rank(m, policy, cost_model, fixed))
     return got

@@ -8,8 +8,8 @@ attention (norm, projections, head norms, rotary) and the part after it (output
 projection, residual, norm, gated MLP) compile once for every layer and every tree size
 (dynamic shapes); Inductor fuses the element-wise work around the matrix multiplies.
 The q/k/v and the gate/up projections are each stacked into one matrix (one multiply
-instead of three or two).  The K/V write and the attention itself stay outside, on the
-engine's buffers.
+instead of three or two).  The K/V write stays outside, on the engine's buffers; attention
+is a third compiled function (:func:`bastion.static_attention.grouped_attention`).
 
 The arithmetic is the Transformers layers' (same operations, same fp32 upcasts); fused
 kernels may still round differently in bf16, which is why this path is an option of the
@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .static_attention import grouped_tree_attention
+from .static_attention import grouped_attention
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -110,6 +110,8 @@ class FusedLayers:
         post = functools.partial(post_attention, eps=self.eps)
         self.pre: Callable = torch.compile(pre, dynamic=True) if compile else pre
         self.post: Callable = torch.compile(post, dynamic=True) if compile else post
+        # attention too: the scaling, mask, softmax and casts around its two multiplies fuse
+        self.attend: Callable = torch.compile(grouped_attention, dynamic=True) if compile else grouped_attention
 
     def forward(self, ids, positions, mask, cache, features: bool):
         """Same contract as :meth:`bastion.target.Target.forward` for a masked (tree) forward."""
@@ -120,7 +122,7 @@ class FusedLayers:
         for i, (pre_w, post_w, attn_mod) in enumerate(self.weights):
             q, k, v = self.pre(x, *pre_w, cos, sin)
             k_all, v_all = cache.write(i, k, v)
-            out, _ = grouped_tree_attention(attn_mod, q, k_all, v_all, mask, scaling=attn_mod.scaling)
+            out = self.attend(q, k_all, v_all, mask, attn_mod.scaling)  # [1, s, Hq, D]
             x = self.post(x, out.reshape(x.shape[0], x.shape[1], -1), *post_w)
             tap = t._tap.get(i)
             if tap is not None and features and i != t.num_layers - 1:

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .path_rank import top_paths
+
 
 @dataclass
 class Tree:
@@ -112,73 +114,25 @@ class TreePolicy:
             raise ValueError(f"budget must be >= 1 node, got {self.budget}")
 
 
-_LAYOUT: dict[tuple[int, int, int, str], tuple[torch.Tensor, torch.Tensor]] = {}
+def topk_width(policy: TreePolicy, vocab: int) -> int:
+    """Tokens considered per depth: the policy's cap, never more than the tree could hold."""
+    limit = policy.budget if policy.budget is not None else policy.n_max
+    return min(policy.topk, vocab, max(limit - 1, 1))
 
 
-def _layout(d_max: int, k: int, m: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Depth and within-depth index of every ranked path; fixed by (D, K, m), so cached."""
-    key = (d_max, k, m, str(device))
-    if key not in _LAYOUT:
-        sizes, width = [], 1
-        for _ in range(d_max):
-            width = min(m, width * k)
-            sizes.append(width)
-        depth = torch.cat([torch.full((w,), d + 1, dtype=torch.long) for d, w in enumerate(sizes)])
-        local = torch.cat([torch.arange(w) for w in sizes])
-        _LAYOUT[key] = (depth.to(device), local.to(device))
-    return _LAYOUT[key]
+def draft_topk(draft_logits: torch.Tensor, temperature: float, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each depth's top-``k`` tokens and their log-probabilities at the sampling temperature.
 
-
-_CANDIDATES: dict[tuple[int, int, int, str], tuple[torch.Tensor, ...] | None] = {}
-
-
-def _candidates(p: int, k: int, take: int, device: torch.device) -> tuple[torch.Tensor, ...] | None:
-    """(flat i * k + j, i, j) of the (parent i, token j) pairs that can rank in the top ``take``.
-
-    Parents and tokens are both sorted best first, so pair (i, j) is beaten or tied by all
-    (i' <= i, j' <= j): (i + 1)(j + 1) pairs.  Only pairs with (i + 1)(j + 1) <= take can
-    be among the best ``take``; there are about take * ln(take) of them instead of p * k,
-    which makes the per-depth top-k of a 512-node tree ~20 times smaller.  ``None`` when
-    pruning would not shrink the search.
+    ``draft_logits`` [D, V] -> (log-probabilities [D, k] fp32, tokens [D, k]), sorted
+    descending.  The top-k is taken on the logits themselves (the same order as the
+    log-probabilities) and only the k winners are normalised, so the vocabulary is read
+    twice and never written, instead of materialising [D, V] log-probabilities.  Both
+    engines call this, so their trees agree to the bit.
     """
-    key = (p, k, take, str(device))
-    if key not in _CANDIDATES:
-        rows = [torch.arange(min(k, take // (i + 1))) + i * k for i in range(min(p, take))]
-        flat = torch.cat(rows)
-        small = flat.numel() < p * k // 2
-        _CANDIDATES[key] = tuple(t.to(device) for t in (flat, flat // k, flat % k)) if small else None
-    return _CANDIDATES[key]
-
-
-def _top_paths(logq: torch.Tensor, m: int) -> tuple[torch.Tensor, ...]:
-    """The ``m`` most probable paths over all depths (root excluded), best first.
-
-    ``logq`` [D, K] holds each depth's top-K log-probabilities, sorted descending.
-    Returns (logp, depth, local index, parent's local index, token rank), each [<= m].
-    The top paths of depth d+1 extend top paths of depth d, so keeping ``m`` per depth
-    is exact for the global top ``m``.  Only the add and the top-k run per depth.
-    """
-    d_max, k = logq.shape
-    prev = logq.new_zeros(1)  # depth 0: the root, log-prob 0
-    vals, idxs = [], []
-    for d in range(d_max):
-        take = min(m, prev.shape[0] * k)
-        cand = _candidates(prev.shape[0], k, take, logq.device)
-        if cand is None:
-            v, i = (prev[:, None] + logq[d][None, :]).flatten().topk(take)
-        else:  # only the pairs that can make the top `take` (see _candidates)
-            flat, row, col = cand
-            v, sel = (prev[row] + logq[d][col]).topk(take)
-            i = flat[sel]
-        vals.append(v)
-        idxs.append(i)
-        prev = v
-    all_v, all_i = torch.cat(vals), torch.cat(idxs)
-    depth, local = _layout(d_max, k, m, logq.device)
-    # Stable descending sort of a depth-ordered list: equal probabilities keep parents first.
-    order = torch.sort(all_v, descending=True, stable=True).indices[:m]
-    all_i = all_i[order]
-    return all_v[order], depth[order], local[order], torch.div(all_i, k, rounding_mode="floor"), all_i % k
+    scale = temperature if temperature > 0 else 1.0  # greedy: the drafter's own probabilities
+    vals, tok = draft_logits.topk(k, dim=-1)
+    lse = torch.logsumexp(draft_logits.float() / scale, dim=-1, keepdim=True)  # [D, 1]
+    return vals.float() / scale - lse, tok
 
 
 def _count_nodes(
@@ -214,7 +168,21 @@ def build_tree(
     fixed_cost: float = 0.0,  # T_draft + T_other, seconds
     search_hint: int | None = None,
 ) -> Tree:
-    """Vectorised budget-aware tree construction (see the module docstring).
+    """Vectorised budget-aware tree construction from log-probabilities (see the module docstring)."""
+    logq, tok = draft_logprobs.topk(topk_width(policy, draft_logprobs.shape[1]), dim=-1)  # [D, K] each
+    return build_tree_topk(root, logq, tok, policy, cost_curve, fixed_cost, search_hint)
+
+
+def build_tree_topk(
+    root: torch.Tensor,  # 0-d long
+    logq: torch.Tensor,  # [D, K] float32 log-probabilities of each depth's top K, sorted descending
+    tok: torch.Tensor,  # [D, K] their tokens
+    policy: TreePolicy,
+    cost_curve: torch.Tensor | None = None,
+    fixed_cost: float = 0.0,
+    search_hint: int | None = None,
+) -> Tree:
+    """The tree from each depth's top-K table (what :func:`draft_topk` gives).
 
     ``search_hint`` bounds how many paths are ranked per depth; if the rule would keep
     growing past that bound the search is repeated with a larger one, so the result is
@@ -222,15 +190,13 @@ def build_tree(
     """
     if policy.budget is None and cost_curve is None:
         raise ValueError("the adaptive tree needs a cost curve; pass budget=N for a fixed-size tree")
-    d_max, vocab = draft_logprobs.shape
+    d_max = logq.shape[0]
     limit = policy.budget if policy.budget is not None else policy.n_max
-    k = min(policy.topk, vocab, max(limit - 1, 1))
-    logq, tok = draft_logprobs.topk(k, dim=-1)  # [D, K] each, sorted descending
     # a fixed budget knows its size; the adaptive rule starts from the hint and widens if needed
     adaptive_hint = search_hint is not None and policy.budget is None
     m = max(1, min(max(search_hint, policy.n_min), limit) - 1) if adaptive_hint else max(limit - 1, 1)
     while True:
-        logp, depth, local, par_local, rank = _top_paths(logq, m)
+        logp, depth, local, par_local, rank = top_paths(logq, m)
         if policy.budget is not None:
             n = min(policy.budget, logp.shape[0] + 1)
             break
@@ -264,7 +230,7 @@ def build_tree_heap(
     """The literal best-first loop; returns (tokens, parents) in pop order.  Test oracle."""
     d_max, vocab = draft_logprobs.shape
     limit = policy.budget if policy.budget is not None else policy.n_max
-    k = min(policy.topk, vocab, max(limit - 1, 1))
+    k = topk_width(policy, vocab)
     logq, toks = draft_logprobs.topk(k, dim=-1)
     logq, toks = logq.tolist(), toks.tolist()
     curve = None if cost_curve is None else cost_curve.tolist()

@@ -1,0 +1,239 @@
+"""Where a static-engine step's time goes outside the two forwards (GPU only).
+
+Each step function (draft, select, rank, build, verify, commit) is replayed from its CUDA
+graph back to back and timed with CUDA events, so the numbers are GPU time per call with
+no host synchronisation in between; a kernel table from ``torch.profiler`` shows what each
+phase is made of.  Optional variants (``--variants``) time alternative implementations of
+the tree phase on the same inputs, for choosing between them.
+
+    PYTHONPATH=$PWD python benchmarks/tree_phase.py --out tp
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from shapes import random_pair  # noqa: E402
+from static_engine import Report, section_ar, section_overhead  # noqa: E402
+
+from bastion.calibrate import measure_peaks  # noqa: E402
+from bastion.static_attention import grouped_attention  # noqa: E402
+from bastion.static_decoding import StaticDecoder  # noqa: E402
+from bastion.static_engine import StaticEngine  # noqa: E402
+from bastion.graphs import GraphRunner  # noqa: E402
+from bastion.target import Target  # noqa: E402
+from bastion.tree import TreePolicy  # noqa: E402
+
+
+def graph_us(fn, iters: int = 50, restore=()) -> float:
+    """GPU microseconds per replay of ``fn`` captured in a CUDA graph (``restore``: state to reset).
+
+    On a CPU (smoke runs) the plain call is timed instead.
+    """
+    saved = [t.clone() for t in restore]
+    if not torch.cuda.is_available():
+        t0 = time.perf_counter()
+        for _ in range(3):
+            fn()
+        for t, s in zip(restore, saved):
+            t.copy_(s)
+        return round(1e6 * (time.perf_counter() - t0) / 3, 1)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    for t, s in zip(restore, saved):
+        t.copy_(s)
+    g.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        g.replay()
+    end.record()
+    torch.cuda.synchronize()
+    for t, s in zip(restore, saved):
+        t.copy_(s)
+    return round(1e3 * start.elapsed_time(end) / iters, 1)
+
+
+def kernels(fn) -> list[dict]:
+    """Kernel names, counts and GPU time of one graph replay of ``fn`` (after warm-up)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    gpu = torch.cuda.is_available()
+    sync = torch.cuda.synchronize if gpu else (lambda: None)
+    for _ in range(2):
+        fn()
+    sync()
+    with profile(activities=[ProfilerActivity.CUDA if gpu else ProfilerActivity.CPU]) as prof:
+        fn()
+        sync()
+    rows = []
+    for e in prof.key_averages():
+        t = (getattr(e, "device_time_total", 0) or getattr(e, "cuda_time_total", 0)) if gpu else e.self_cpu_time_total
+        if t > 0 and e.count > 0:
+            rows.append({"kernel": e.key[:90], "count": e.count, "us": round(t, 1)})
+    rows.sort(key=lambda r: -r["us"])
+    return rows
+
+
+def replay_us(graph, iters: int, restore=()) -> float:
+    """GPU microseconds per replay of an already captured graph."""
+    saved = [t.clone() for t in restore]
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    for t, s in zip(restore, saved):
+        t.copy_(s)
+    return round(1e3 * start.elapsed_time(end) / iters, 1)
+
+
+def section_phases(rep, engine, prompt, nodes: int) -> None:
+    """Replay every captured graph of a ``nodes``-node BASTION step and of the DFlash chain."""
+    for method, policy in (("bastion", TreePolicy(budget=nodes)), ("dflash", None)):
+        engine.runner = GraphRunner(engine.device, enabled=True)
+        dec = StaticDecoder(engine, method, policy)
+        dec.generate(prompt, 8)  # captures every graph of the step
+        if not engine.runner.enabled:
+            return
+        state = engine.state()
+        total = 0.0
+        for key, graph in engine.runner.graphs.items():
+            us = replay_us(graph, 5 if key[0] in ("verify", "draft") else 50, restore=state)
+            row = {"method": method, "nodes": nodes if method == "bastion" else engine.block, "graph": str(key[:3]), "us": us}
+            if key[0] in ("select", "rank", "build", "commit"):
+                rows = kernels(graph.replay)
+                for t, old in zip(state, [t.clone() for t in state]):
+                    t.copy_(old)
+                row.update(launches=sum(r["count"] for r in rows), top=rows[:10])
+                total += us
+            rep.add("phases", row)
+        rep.add("phases", {"method": method, "tree_and_commit_graphs_us": round(total, 1)})
+
+
+def section_variants(rep, engine, nodes: int) -> None:
+    """Alternative select / rank / build / commit implementations on the engine's own inputs."""
+    from bastion import path_rank
+    from bastion.tree import draft_topk
+
+    x = engine.draft_out  # [D, V] draft logits
+    k = engine.topk
+
+    def select_softmax():  # the previous form: log-probabilities of the whole vocabulary, then top-k
+        v, i = torch.log_softmax(x.float(), dim=-1).topk(k, dim=-1)
+        engine.logq.copy_(v)
+        engine.top_tok.copy_(i)
+
+    def select_topk_first():
+        v, i = draft_topk(x, 0.0, k)
+        engine.logq.copy_(v)
+        engine.top_tok.copy_(i)
+
+    for name, fn in (("select_softmax", select_softmax), ("select_topk_first", select_topk_first),
+                     ("select_topk_first_compiled", torch.compile(select_topk_first))):
+        rep.add("variants", {"variant": name, "us": graph_us(fn)})
+    for m in (31, nodes - 1, 2 * nodes - 1):
+        for name, fn in (("torch", path_rank._rank_torch), ("triton", path_rank._rank_triton)):
+            if name == "triton" and not path_rank.use_triton(engine.device):
+                continue
+            rep.add("variants", {"variant": f"rank_{name}_m{m}", "us": graph_us(lambda f=fn, mm=m: f(engine.logq, mm))})
+        if path_rank.use_triton(engine.device):  # same paths, bit for bit, also with many exact ties
+            tied = torch.sort(torch.randint(-40, 0, engine.logq.shape, device=engine.device).float() / 4,
+                              dim=-1, descending=True).values
+            same = [all(torch.equal(a, b) for a, b in zip(path_rank._rank_torch(q, m), path_rank._rank_triton(q, m)))
+                    for q in (engine.logq, tied)]
+            rep.add("variants", {"variant": f"rank_triton_equals_torch_m{m}", "drafted": same[0], "tied": same[1]})
+    plain_build, plain_commit = StaticEngine.build, StaticEngine.commit
+    rep.add("variants", {"variant": f"build_plain_{nodes}", "us": graph_us(lambda: plain_build(engine, "bastion", nodes))})
+    rep.add("variants", {"variant": f"build_engine_{nodes}", "us": graph_us(lambda: engine.build("bastion", nodes))})
+    st = engine.state()
+    rep.add("variants", {"variant": f"commit_plain_{nodes}", "us": graph_us(lambda: plain_commit(engine, nodes, True), restore=st)})
+    rep.add("variants", {"variant": f"commit_engine_{nodes}", "us": graph_us(lambda: engine.commit(nodes, True), restore=st)})
+
+
+def section_attention(rep, engine, contexts) -> None:
+    """36 layers' decode attention (s = 1) over a window: fused (compiled) against plain."""
+    cfg = engine.target.config
+    hq, hkv, d, layers = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.num_hidden_layers
+    dev, dt = engine.device, engine.dtype
+    comp = torch.compile(grouped_attention, dynamic=True)
+    for c in contexts:
+        kv = engine.window(c + 1)
+        ks = [torch.randn(1, hkv, kv, d, device=dev, dtype=dt) for _ in range(layers)]
+        vs = [torch.randn(1, hkv, kv, d, device=dev, dtype=dt) for _ in range(layers)]
+        q = torch.randn(1, hq, 1, d, device=dev, dtype=dt)
+        mask = (torch.arange(kv, device=dev) <= c)[None, None, None]
+        row = {"context": c, "window": kv}
+        for name, fn in (("plain", grouped_attention), ("compiled", comp)):
+            row[f"{name}_us_36_layers"] = graph_us(lambda f=fn: [f(q, k, v, mask, d**-0.5) for k, v in zip(ks, vs)], 20)
+        row["kv_bytes_GB"] = round(2 * layers * hkv * kv * d * 2 / 1e9, 3)
+        rep.add("attention", row)
+        del ks, vs
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", default="qwen3-8b")
+    ap.add_argument("--contexts", default="512,4096")
+    ap.add_argument("--nodes", type=int, default=512)
+    ap.add_argument("--sections", default="phases,variants,attention,ar,overhead")
+    ap.add_argument("--out", default="results/tree_phase")
+    args = ap.parse_args(argv)
+    out, sections = Path(args.out), args.sections.split(",")
+    rep = Report(out)
+    gpu = torch.cuda.is_available()
+    device, dtype = torch.device("cuda" if gpu else "cpu"), torch.bfloat16 if gpu else torch.float32
+    t0 = time.perf_counter()
+    model, drafter = random_pair(args.shape, device, dtype)
+    target = Target(model)
+    contexts = [int(c) for c in args.contexts.split(",")]
+    gen = torch.Generator().manual_seed(0)
+    prompts = {c: torch.randint(0, model.config.vocab_size - 2, (c,), generator=gen).tolist() for c in contexts}
+    engine = StaticEngine(target, drafter, max_context=max(contexts) + 2048, n_max=1024, fused=True)
+    rep.add("setup", {"gpu": torch.cuda.get_device_name() if gpu else "cpu", "torch": torch.__version__, "build_s": round(time.perf_counter() - t0, 1)})
+    for sec in sections:
+        t1 = time.perf_counter()
+        try:
+            if sec == "phases":
+                section_phases(rep, engine, prompts[min(contexts)], args.nodes)
+            elif sec == "variants":
+                section_variants(rep, engine, args.nodes)
+            elif sec == "attention":
+                section_attention(rep, engine, contexts)
+            elif sec == "ar":  # the compiled engine, then the same with attention left uncompiled
+                engine.runner = GraphRunner(device, enabled=True)
+                section_ar(rep, target, {"compiled": engine}, prompts, measure_peaks(device, dtype), 32)
+                engine.fused.attend, engine.runner = grouped_attention, GraphRunner(device, enabled=True)
+                section_ar(rep, target, {"compiled_plain_attention": engine}, prompts, measure_peaks(device, dtype), 32)
+            elif sec == "overhead":
+                engine.runner = GraphRunner(device, enabled=True)
+                section_overhead(rep, {"compiled": engine}, prompts, 16)
+        except Exception as exc:  # keep what the other sections measured
+            import traceback
+
+            traceback.print_exc()
+            rep.add("errors", {"section": sec, "error": repr(exc)[:500]})
+        rep.add("timing", {"section": sec, "seconds": round(time.perf_counter() - t1, 1)})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

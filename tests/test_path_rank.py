@@ -1,0 +1,113 @@
+"""Path ranking: the order is a stable descending sort, and the Triton kernels give it bit for bit.
+
+The tree tests (test_tree.py) check that the ranked paths build the same tree as the
+best-first heap; here the ranking itself is pinned down: which of several exactly tied
+paths comes first, and that the GPU kernels (run by Triton's interpreter on the CPU, so
+CI checks the kernels' own code) equal the torch reference on every output.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from bastion.path_rank import _rank_torch, candidates, layout, top_paths
+from bastion.tree import draft_topk
+
+
+def _sorted_rows(values: torch.Tensor) -> torch.Tensor:
+    return torch.sort(values, dim=-1, descending=True).values.contiguous()
+
+
+def _all_paths(logq: torch.Tensor):
+    """Every path of every depth with its log-prob, summed in the engine's order (depth by depth)."""
+    d_max, k = logq.shape
+    out = []
+    for d in range(1, d_max + 1):
+        for ranks in itertools.product(range(k), repeat=d):
+            lp = torch.zeros((), dtype=torch.float32)
+            for depth, r in enumerate(ranks):
+                lp = lp + logq[depth, r]
+            out.append((float(lp), d, ranks))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_values_are_the_best_paths_sorted(seed):
+    g = torch.Generator().manual_seed(seed)
+    logq = _sorted_rows(torch.log_softmax(torch.randn(3, 4, generator=g) * 2, dim=-1))
+    m = 20
+    logp, depth, local, parent, rank = _rank_torch(logq, m)
+    best = sorted((p for p, _, _ in _all_paths(logq)), reverse=True)[:m]
+    assert logp.tolist() == pytest.approx(best, abs=1e-6)
+    assert torch.all(logp[:-1] >= logp[1:])
+    # each path's log-prob is its parent's plus its own token's
+    assert torch.all((depth >= 1) & (depth <= 3))
+    assert torch.equal(logp[depth == 1], logq[0][rank[depth == 1]])
+
+
+def test_exact_ties_keep_the_earlier_candidate_first():
+    # two tokens with the same probability at every depth: each depth's pairs tie in twos
+    logq = torch.tensor([[-0.5, -0.5, -3.0], [-0.5, -0.5, -3.0]])
+    logp, depth, local, parent, rank = _rank_torch(logq, 6)
+    # depth 1 (candidates earlier in the list) before depth 2 at equal value; within a
+    # depth, lower parent first, then lower token rank
+    assert logp.tolist() == [-0.5, -0.5, -1.0, -1.0, -1.0, -1.0]
+    assert depth.tolist() == [1, 1, 2, 2, 2, 2]
+    assert rank.tolist() == [0, 1, 0, 1, 0, 1]
+    assert parent.tolist() == [0, 0, 0, 0, 1, 1]
+
+
+def test_candidates_are_the_pairs_that_can_rank():
+    flat = candidates(8, 5, 6, torch.device("cpu"))
+    pairs = {(int(f) // 5, int(f) % 5) for f in flat}
+    assert pairs == {(i, j) for i in range(8) for j in range(5) if (i + 1) * (j + 1) <= 6}
+    assert torch.all(flat[1:] > flat[:-1])  # ascending: the stable order is the full list's
+    depth, local = layout(3, 5, 6, torch.device("cpu"))
+    assert depth.tolist() == [1] * 5 + [2] * 6 + [3] * 6
+
+
+def test_dispatch_uses_the_reference_off_cuda():
+    logq = _sorted_rows(torch.randn(4, 6))
+    assert all(torch.equal(a, b) for a, b in zip(top_paths(logq, 17), _rank_torch(logq, 17)))
+
+
+def test_draft_topk_equals_log_softmax_topk():
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(5, 300, generator=g) * 3
+    for temperature in (0.0, 0.7):
+        logq, tok = draft_topk(logits, temperature, 16)
+        ref = torch.log_softmax(logits / (temperature or 1.0), dim=-1).topk(16, dim=-1)
+        assert torch.equal(tok, ref.indices)
+        torch.testing.assert_close(logq, ref.values, rtol=0, atol=1e-5)
+
+
+KERNEL_CHECK = textwrap.dedent("""
+    import torch
+    from bastion.path_rank import _rank_torch, _rank_triton
+    g = torch.Generator().manual_seed(0)
+    cases = []
+    for d, k, m in [(15, 128, 63), (4, 8, 31), (3, 5, 200), (6, 16, 100), (2, 3, 1)]:
+        drafted = torch.log_softmax(torch.randn(d, 400, generator=g) * 2, -1).sort(-1, descending=True).values[:, :k]
+        tied = (torch.randint(-12, 0, (d, k), generator=g).float() / 2).sort(-1, descending=True).values
+        cases += [(drafted.contiguous(), m), (tied.contiguous(), m)]
+    for logq, m in cases:
+        ref, got = _rank_torch(logq, m), _rank_triton(logq, m)
+        for name, a, b in zip(("logp", "depth", "local", "parent", "rank"), ref, got):
+            assert a.dtype == b.dtype and torch.equal(a, b), (tuple(logq.shape), m, name, a[:8], b[:8])
+    print("kernels equal the reference on", len(cases), "cases")
+""")
+
+
+def test_triton_kernels_equal_the_reference_bit_for_bit():
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}  # the kernels' code, run on the CPU
+    proc = subprocess.run([sys.executable, "-c", KERNEL_CHECK], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "kernels equal the reference on 10 cases" in proc.stdout
