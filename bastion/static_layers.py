@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .static_attention import grouped_attention
+from .static_attention import MATMUL_ROWS, grouped_attention
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -110,7 +110,9 @@ class FusedLayers:
         post = functools.partial(post_attention, eps=self.eps)
         self.pre: Callable = torch.compile(pre, dynamic=True) if compile else pre
         self.post: Callable = torch.compile(post, dynamic=True) if compile else post
-        # attention too: the scaling, mask, softmax and casts around its two multiplies fuse
+        # decode-sized attention too: the scaling, mask, softmax and casts around its two
+        # multiplies fuse.  Larger trees keep the SDPA kernel (compiled, it would be
+        # decomposed into materialised [heads, rows, window] scores).
         self.attend: Callable = torch.compile(grouped_attention, dynamic=True) if compile else grouped_attention
 
     def forward(self, ids, positions, mask, cache, features: bool):
@@ -122,7 +124,8 @@ class FusedLayers:
         for i, (pre_w, post_w, attn_mod) in enumerate(self.weights):
             q, k, v = self.pre(x, *pre_w, cos, sin)
             k_all, v_all = cache.write(i, k, v)
-            out = self.attend(q, k_all, v_all, mask, attn_mod.scaling)  # [1, s, Hq, D]
+            small = q.shape[1] // k_all.shape[1] * q.shape[2] <= MATMUL_ROWS  # query rows per K/V head
+            out = (self.attend if small else grouped_attention)(q, k_all, v_all, mask, attn_mod.scaling)  # [1, s, Hq, D]
             x = self.post(x, out.reshape(x.shape[0], x.shape[1], -1), *post_w)
             tap = t._tap.get(i)
             if tap is not None and features and i != t.num_layers - 1:

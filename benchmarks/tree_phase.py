@@ -116,7 +116,14 @@ def section_phases(rep, engine, prompt, nodes: int) -> None:
             return
         state = engine.state()
         total = 0.0
-        for key, graph in engine.runner.graphs.items():
+        # the last graph of each function: earlier ones were captured for smaller attention windows
+        latest = {key[0]: (key, graph) for key, graph in engine.runner.graphs.items()}
+        length = int(engine.length)
+        for key, graph in latest.values():
+            window_need = {"verify": lambda: length + key[1] <= key[2], "draft": lambda: length + engine.block <= key[1]}
+            if not window_need.get(key[0], lambda: True)():  # the graph's window no longer holds the state
+                rep.add("phases", {"method": method, "graph": str(key[:3]), "skipped": "window"})
+                continue
             us = replay_us(graph, 5 if key[0] in ("verify", "draft") else 50, restore=state)
             row = {"method": method, "nodes": nodes if method == "bastion" else engine.block, "graph": str(key[:3]), "us": us}
             if key[0] in ("select", "rank", "build", "commit"):
