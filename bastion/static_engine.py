@@ -270,6 +270,7 @@ class StaticEngine:
         self.root.copy_(bonus[0])
         self.length.add_(count + 1)
 
+    @torch.no_grad()
     def probe(self, tokens: torch.Tensor, c: int) -> Callable[[], None]:
         """One verification of a chain of ``tokens`` [s] at context ``c``, exactly as a decode step runs it.
 

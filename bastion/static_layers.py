@@ -115,6 +115,7 @@ class FusedLayers:
         # decomposed into materialised [heads, rows, window] scores).
         self.attend: Callable = torch.compile(grouped_attention, dynamic=True) if compile else grouped_attention
 
+    @torch.no_grad()  # as Target.forward: a calibration probe outside a decoder must not build autograd graphs
     def forward(self, ids, positions, mask, cache, features: bool):
         """Same contract as :meth:`bastion.target.Target.forward` for a masked (tree) forward."""
         t = self.target

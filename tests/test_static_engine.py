@@ -207,6 +207,23 @@ def test_engine_factory_and_static_calibration_probe():
     assert eng.decoder("ar").generate([1, 2, 3], 10).output_ids == _ar(target, [1, 2, 3], 10)
 
 
+@pytest.mark.parametrize("name", ["static", "compiled"])
+def test_calibration_probe_builds_no_autograd_graph(name):
+    """A probe runs outside the decoders' no_grad: buffers must not start chaining autograd graphs.
+
+    (Copying a forward that tracks gradients into an engine buffer gives the buffer a
+    grad_fn that keeps that forward's activations alive, one more each probe: on the GPU
+    the compiled engine's paper-grid calibration ran out of 140 GB this way.)
+    """
+    model = tiny_target(seed=2)
+    target = Target(model)
+    eng = Engine(name, target, tiny_drafter(model, block_size=4), n_max=16).static
+    for s, c in ((3, 5), (7, 9)):
+        eng.probe(torch.arange(1, s + 1), c)()
+    assert eng.features.grad_fn is None and not eng.features.requires_grad
+    assert not eng.proposals.requires_grad and eng.cache.kv.grad_fn is None
+
+
 def test_grouped_attention_equals_repeated_heads():
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
