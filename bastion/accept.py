@@ -32,11 +32,17 @@ def accept(tree: Tree, proposals: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     """Return (path order [n], accepted count 0-d) without a host sync.
 
     ``path_order[:count + 1]`` are the node indices of the root and the accepted draft
-    nodes in depth order; ``proposals[path_order[count]]`` is the bonus token.
+    nodes in depth order; ``proposals[path_order[count]]`` is the bonus token.  Entries
+    past ``count`` are valid node indices with no meaning.
     """
     parent_prop = proposals[tree.parents.clamp(min=0)]  # [n]: the proposal at each node's parent
     match = tree.tokens == parent_prop
     match[:1].fill_(True)  # the root is committed already (fill_: capturable in a CUDA graph)
     ok = ~(tree.ancestors & ~match[None, :]).any(dim=1)  # [n]: whole root path matches
-    path_order = torch.argsort(tree.depths.masked_fill(~ok, 1 << 30))  # accepted nodes first, by depth
+    # The accepted nodes are one chain with depths 0..count: each goes to the slot of its
+    # depth (a scatter, not a sort); the others to a spare slot, dropped.
+    n = ok.shape[0]
+    slot = torch.where(ok, tree.depths, n)
+    idx = torch.arange(n, device=ok.device)
+    path_order = torch.zeros(n + 1, dtype=torch.long, device=ok.device).scatter_(0, slot, idx)[:n]
     return path_order, ok.sum() - 1

@@ -9,9 +9,9 @@ earlier candidate first.  That order is fully defined, so the two implementation
 give the same paths bit for bit:
 
 - :func:`_rank_torch`: ``torch.sort`` per round (any device; the CPU reference).
-- :func:`_rank_triton` (CUDA with Triton): each round is one kernel that gives every
-  candidate its rank by counting the candidates that sort before it, and scatters the
-  first ``take`` to their places.  The general-purpose top-k and sort kernels each launch
+- :func:`_rank_triton` (CUDA with Triton): each round gives every candidate its place by
+  counting the candidates that sort before it (spread over hundreds of programs), then
+  moves the first ``take`` to their places.  The general-purpose top-k and sort kernels each launch
   several passes over a few thousand numbers; fifteen dependent rounds of them cost about
   0.8 ms of a 512-node step on an H200, which counting in one launch per round avoids.
 
@@ -105,15 +105,20 @@ def _rank_triton(logq: torch.Tensor, m: int) -> tuple[torch.Tensor, ...]:
     n = depth.shape[0]
     all_v = torch.empty(n, dtype=torch.float32, device=logq.device)  # every round's kept paths, depth-major
     all_i = torch.empty(n, dtype=torch.long, device=logq.device)
-    prev, p, off = logq.new_zeros(1), 1, 0
+    flats, p = [], 1
     for d in range(d_max):
         take = min(m, p * k)
-        flat = candidates(p, k, take, logq.device)
+        flats.append((candidates(p, k, take, logq.device), take))
+        p = take
+    # every count pass adds into its own zeroed slice: one memset for the whole search
+    place = torch.zeros(sum(f.shape[0] for f, _ in flats) + n, dtype=torch.int32, device=logq.device)
+    prev, off, at = logq.new_zeros(1), 0, 0
+    for d, (flat, take) in enumerate(flats):
         v, i = all_v[off : off + take], all_i[off : off + take]
-        kern.rank_round(prev, logq[d], flat, v, i, take, k)
-        prev, p, off = v, take, off + take
+        kern.rank_round(prev, logq[d], flat, v, i, take, k, place[at : at + flat.shape[0]])
+        prev, off, at = v, off + take, at + flat.shape[0]
     got = min(m, n)
     out = torch.empty(got, dtype=torch.float32, device=logq.device), *(
         torch.empty(got, dtype=torch.long, device=logq.device) for _ in range(4))
-    kern.rank_final(all_v, all_i, depth, local, got, k, *out)
+    kern.rank_final(all_v, all_i, depth, local, got, k, place[at:], *out)
     return out
