@@ -23,11 +23,13 @@ NAME = "bastion_gqa"
 MATMUL_ROWS = 64
 
 
-def grouped_attention(query, key, value, mask, scale: float):
+def grouped_attention(query, key, value, mask, scale: float, matmul_rows: int = MATMUL_ROWS):
     """Masked attention of query [1, Hq, s, D] over key/value [1, Hkv, kv, D] -> [1, s, Hq, D].
 
-    ``mask`` [1, 1, s, kv] (bool, True = may attend).  A pure function of tensors, so the
-    compiled engine can fuse the scaling, masking, softmax and casts into one kernel.
+    ``mask`` [1, 1, s, kv] (bool, True = may attend).  Up to ``matmul_rows`` query rows
+    per K/V head it runs as two batched multiplies, beyond that as SDPA.  A pure function
+    of tensors, so the compiled engine can fuse the scaling, masking, softmax and casts
+    into one kernel.
     """
     b, hq, s, d = query.shape
     hkv = key.shape[1]
@@ -35,7 +37,7 @@ def grouped_attention(query, key, value, mask, scale: float):
     q = query.reshape(b, hkv, g * s, d)  # query head h = kv_head * g + r
     kv_len = mask.shape[-1]
     rows = mask[:, :, None].expand(b, 1, g, s, kv_len).reshape(b, 1, g * s, kv_len)
-    if g * s <= MATMUL_ROWS:
+    if g * s <= matmul_rows:
         scores = torch.matmul(q, key.transpose(-1, -2)).float() * scale  # [1, Hkv, g*s, kv]
         probs = torch.softmax(scores.masked_fill(~rows, float("-inf")), dim=-1)
         out = torch.matmul(probs.to(value.dtype), value)  # [1, Hkv, g*s, D]

@@ -25,7 +25,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .static_attention import MATMUL_ROWS, grouped_attention
+from .static_attention import grouped_attention
+
+# Query rows per K/V head up to which the compiled engine's attention runs as two batched
+# multiplies with one fused softmax between them.  The fused SDPA kernel does not split a
+# long key range over the GPU when there are few query rows, so a 64-token tree at
+# context 4096 cost ~3 ms more than at 512 with it; materialised scores of up to 512 rows
+# (a 128-token tree with four query heads per K/V head) stay cheap once the softmax is fused.
+COMPILED_MATMUL_ROWS = 512
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -110,10 +117,11 @@ class FusedLayers:
         post = functools.partial(post_attention, eps=self.eps)
         self.pre: Callable = torch.compile(pre, dynamic=True) if compile else pre
         self.post: Callable = torch.compile(post, dynamic=True) if compile else post
-        # decode-sized attention too: the scaling, mask, softmax and casts around its two
-        # multiplies fuse.  Larger trees keep the SDPA kernel (compiled, it would be
+        # attention of small trees too: the scaling, mask, softmax and casts around its two
+        # multiplies fuse.  Larger trees keep the SDPA kernel uncompiled (compiled, it is
         # decomposed into materialised [heads, rows, window] scores).
-        self.attend: Callable = torch.compile(grouped_attention, dynamic=True) if compile else grouped_attention
+        attend = functools.partial(grouped_attention, matmul_rows=COMPILED_MATMUL_ROWS)
+        self.attend: Callable = torch.compile(attend, dynamic=True) if compile else attend
 
     @torch.no_grad()  # as Target.forward: a calibration probe outside a decoder must not build autograd graphs
     def forward(self, ids, positions, mask, cache, features: bool):
@@ -125,7 +133,7 @@ class FusedLayers:
         for i, (pre_w, post_w, attn_mod) in enumerate(self.weights):
             q, k, v = self.pre(x, *pre_w, cos, sin)
             k_all, v_all = cache.write(i, k, v)
-            small = q.shape[1] // k_all.shape[1] * q.shape[2] <= MATMUL_ROWS  # query rows per K/V head
+            small = q.shape[1] // k_all.shape[1] * q.shape[2] <= COMPILED_MATMUL_ROWS  # query rows per K/V head
             out = (self.attend if small else grouped_attention)(q, k_all, v_all, mask, attn_mod.scaling)  # [1, s, Hq, D]
             x = self.post(x, out.reshape(x.shape[0], x.shape[1], -1), *post_w)
             tap = t._tap.get(i)

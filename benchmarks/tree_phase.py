@@ -154,8 +154,10 @@ def section_variants(rep, engine, nodes: int) -> None:
         engine.logq.copy_(v)
         engine.top_tok.copy_(i)
 
-    for name, fn in (("select_softmax", select_softmax), ("select_topk_first", select_topk_first),
-                     ("select_topk_first_compiled", torch.compile(select_topk_first))):
+    selects = [("select_softmax", select_softmax), ("select_topk_first", select_topk_first)]
+    if engine.device.type == "cuda":  # as the compiled engine runs it
+        selects.append(("select_topk_first_compiled", torch.compile(select_topk_first)))
+    for name, fn in selects:
         rep.add("variants", {"variant": name, "us": graph_us(fn)})
     for m in (31, nodes - 1, 2 * nodes - 1):
         for name, fn in (("torch", path_rank._rank_torch), ("triton", path_rank._rank_triton)):
@@ -184,23 +186,27 @@ def section_variants(rep, engine, nodes: int) -> None:
     rep.add("variants", {"variant": f"commit_engine_{nodes}", "us": graph_us(lambda: engine.commit(nodes, True), restore=st)})
 
 
-def section_attention(rep, engine, contexts) -> None:
-    """36 layers' decode attention (s = 1) over a window: fused (compiled) against plain."""
+def section_attention(rep, engine, contexts, sizes=(1, 16, 32, 64, 128, 256)) -> None:
+    """36 layers' tree attention over a window: SDPA against two batched multiplies, plain and compiled."""
+    import functools
+
     cfg = engine.target.config
     hq, hkv, d, layers = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.num_hidden_layers
     dev, dt = engine.device, engine.dtype
-    comp = torch.compile(grouped_attention, dynamic=True)
+    bmm = functools.partial(grouped_attention, matmul_rows=1 << 30)
+    forms = {"sdpa": functools.partial(grouped_attention, matmul_rows=0), "bmm": bmm,
+             "bmm_compiled": torch.compile(bmm, dynamic=True)}
     for c in contexts:
-        kv = engine.window(c + 1)
+        kv = engine.window(c + max(sizes))
         ks = [torch.randn(1, hkv, kv, d, device=dev, dtype=dt) for _ in range(layers)]
         vs = [torch.randn(1, hkv, kv, d, device=dev, dtype=dt) for _ in range(layers)]
-        q = torch.randn(1, hq, 1, d, device=dev, dtype=dt)
-        mask = (torch.arange(kv, device=dev) <= c)[None, None, None]
-        row = {"context": c, "window": kv}
-        for name, fn in (("plain", grouped_attention), ("compiled", comp)):
-            row[f"{name}_us_36_layers"] = graph_us(lambda f=fn: [f(q, k, v, mask, d**-0.5) for k, v in zip(ks, vs)], 20)
-        row["kv_bytes_GB"] = round(2 * layers * hkv * kv * d * 2 / 1e9, 3)
-        rep.add("attention", row)
+        for s in sizes:
+            q = torch.randn(1, hq, s, d, device=dev, dtype=dt)
+            mask = (torch.arange(kv, device=dev) < c + s)[None, None, None].expand(1, 1, s, kv).contiguous()
+            row = {"context": c, "window": kv, "s": s, "rows_per_kv_head": hq // hkv * s}
+            for name, fn in forms.items():
+                row[f"{name}_us_36_layers"] = graph_us(lambda f=fn: [f(q, k, v, mask, d**-0.5) for k, v in zip(ks, vs)], 10)
+            rep.add("attention", row)
         del ks, vs
 
 

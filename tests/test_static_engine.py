@@ -262,3 +262,28 @@ def test_gpu_benchmark_script_runs_on_the_cpu(tmp_path):
     assert "errors" not in data
     assert {r["s"] for r in data["curve"]} == {1, 8} and all(r["compiled_ms"] > 0 for r in data["curve"])
     assert len(data["equiv"]) == 6 and all(r["static_eq_eager"] for r in data["equiv"])
+
+
+def test_tree_phase_benchmark_runs_on_the_cpu(tmp_path):
+    """The tree-phase script (GPU graph replays there) fills its tables on a small CPU shape."""
+    import importlib.util
+    import json
+    import sys
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "benchmarks"
+    sys.path.insert(0, str(folder))
+    try:
+        spec = importlib.util.spec_from_file_location("tree_phase_benchmark", folder / "tree_phase.py")
+        bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench)
+        assert bench.main(["--shape", "small", "--contexts", "48", "--nodes", "32", "--sections", "variants,overhead",
+                           "--out", str(tmp_path)]) == 0
+    finally:
+        sys.path.remove(str(folder))
+    data = json.loads((tmp_path / "static_engine.json").read_text())
+    assert "errors" not in data
+    names = {r["variant"] for r in data["variants"]}
+    assert {"select_softmax", "select_topk_first", "rank_torch_m31", "build_plain_32", "commit_engine_32"} <= names
+    assert {(r["method"], r["nodes"]) for r in data["overhead"]} >= {("bastion", 32), ("dflash", 16)}
+    assert all(r["overhead_ms"] > 0 for r in data["overhead"])
