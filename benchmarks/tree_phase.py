@@ -136,10 +136,12 @@ def section_phases(rep, engine, prompt, nodes: int) -> None:
         rep.add("phases", {"method": method, "tree_and_commit_graphs_us": round(total, 1)})
 
 
-def section_variants(rep, engine, nodes: int) -> None:
+def section_variants(rep, engine, prompt, nodes: int) -> None:
     """Alternative select / rank / build / commit implementations on the engine's own inputs."""
     from bastion import path_rank
     from bastion.tree import draft_topk
+
+    StaticDecoder(engine, "bastion", TreePolicy(budget=nodes)).generate(prompt, 4)  # real draft, top-k table, paths
 
     x = engine.draft_out  # [D, V] draft logits
     k = engine.topk
@@ -236,7 +238,7 @@ def main(argv=None) -> int:
             if sec == "phases":
                 section_phases(rep, engine, prompts[min(contexts)], args.nodes)
             elif sec == "variants":
-                section_variants(rep, engine, args.nodes)
+                section_variants(rep, engine, prompts[min(contexts)], args.nodes)
             elif sec == "attention":
                 section_attention(rep, engine, contexts)
             elif sec == "ar":  # the compiled engine, then the same with attention left uncompiled
