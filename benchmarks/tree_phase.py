@@ -12,7 +12,6 @@ the tree phase on the same inputs, for choosing between them.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -209,7 +208,6 @@ def section_attention(rep, engine, contexts, sizes=(1, 16, 32, 64, 128, 256)) ->
             for name, fn in forms.items():
                 row[f"{name}_us_36_layers"] = graph_us(lambda f=fn: [f(q, k, v, mask, d**-0.5) for k, v in zip(ks, vs)], 10)
             rep.add("attention", row)
-        del ks, vs
 
 
 def main(argv=None) -> int:
