@@ -11,9 +11,9 @@ give the same paths bit for bit:
 - :func:`_rank_torch`: ``torch.sort`` per round (any device; the CPU reference).
 - :func:`_rank_triton` (CUDA with Triton): each round gives every candidate its place by
   counting the candidates that sort before it (spread over hundreds of programs), then
-  moves the first ``take`` to their places.  The general-purpose top-k and sort kernels each launch
-  several passes over a few thousand numbers; fifteen dependent rounds of them cost about
-  0.8 ms of a 512-node step on an H200, which counting in one launch per round avoids.
+  moves the first ``take`` to their places: two short launches.  PyTorch's top-k makes
+  several one-block passes over a few thousand numbers per round; fifteen dependent
+  rounds of it cost 0.82 ms of a 512-node step on an H200, against 0.24 ms here.
 
 Both read the same fp32 sums ``prev[row] + logq[d, col]``, computed the same way.
 """
