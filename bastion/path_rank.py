@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import warnings
 
 import torch
 
@@ -66,9 +67,22 @@ def top_paths(logq: torch.Tensor, m: int) -> tuple[torch.Tensor, ...]:
     ``logq`` [D, K] fp32, each row sorted descending.  Returns (logp, depth, local index,
     parent's local index, token rank), each [min(m, paths kept)].
     """
-    if use_triton(logq.device):
-        return _rank_triton(logq, m)
+    key = str(logq.device)
+    if use_triton(logq.device) and _TRITON_WORKS.get(key, True):
+        if key in _TRITON_WORKS:
+            return _rank_triton(logq, m)
+        try:  # the first call on a device compiles the kernels: a GPU Triton cannot serve falls back
+            out = _rank_triton(logq, m)
+            _TRITON_WORKS[key] = True
+            return out
+        except Exception as exc:  # noqa: BLE001 - any compile or launch failure means: use the reference
+            _TRITON_WORKS[key] = False
+            warnings.warn(f"the Triton path-ranking kernels failed on {key} ({exc!r:.300}); ranking with "
+                          "torch.sort instead, which gives the same paths (set BASTION_RANK=torch to skip them)")
     return _rank_torch(logq, m)
+
+
+_TRITON_WORKS: dict[str, bool] = {}  # per device, after the first call
 
 
 def use_triton(device: torch.device) -> bool:

@@ -78,6 +78,28 @@ def test_dispatch_uses_the_reference_off_cuda():
     assert all(torch.equal(a, b) for a, b in zip(top_paths(logq, 17), _rank_torch(logq, 17)))
 
 
+def test_failing_kernels_fall_back_to_the_reference_once(monkeypatch):
+    """A GPU that Triton cannot serve: one warning, then the reference's (identical) paths."""
+    from bastion import path_rank
+
+    calls = []
+
+    def broken(logq, m):
+        calls.append(m)
+        raise RuntimeError("no kernel image for this device")
+
+    monkeypatch.setattr(path_rank, "use_triton", lambda device: True)
+    monkeypatch.setattr(path_rank, "_rank_triton", broken)
+    monkeypatch.setattr(path_rank, "_TRITON_WORKS", {})
+    logq = _sorted_rows(torch.randn(3, 5))
+    with pytest.warns(UserWarning, match=r"Triton path-ranking kernels failed on cpu .*no kernel image.*BASTION_RANK=torch"):
+        first = top_paths(logq, 9)
+    second = top_paths(logq, 9)  # no second attempt, no second warning
+    assert calls == [9]
+    for got in (first, second):
+        assert all(torch.equal(a, b) for a, b in zip(got, _rank_torch(logq, 9)))
+
+
 def test_draft_topk_equals_log_softmax_topk():
     g = torch.Generator().manual_seed(3)
     logits = torch.randn(5, 300, generator=g) * 3
