@@ -84,6 +84,27 @@ def check_fits(target: Target, prompt_len: int, max_new_tokens: int, block: int)
         )
 
 
+def prompt_tensor(prompt_ids: Sequence[int] | torch.Tensor, max_new_tokens: int, device: torch.device) -> torch.Tensor:
+    """The prompt as [1, P] on ``device``, after the request checks both decoders share."""
+    ids = torch.as_tensor(prompt_ids, dtype=torch.long, device=device).view(1, -1)
+    if ids.shape[1] == 0:
+        raise ValueError("empty prompt: at least one token is needed")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    return ids
+
+
+def emit(output: list[int], tokens: Sequence[int], stops: set[int], max_new_tokens: int) -> str | None:
+    """Append a step's tokens up to the first stop token or the length limit; return why it ended, if it did."""
+    for tok in tokens:
+        output.append(tok)
+        if tok in stops:
+            return "stop_token"
+        if len(output) >= max_new_tokens:
+            return "max_new_tokens"
+    return None
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -149,12 +170,8 @@ class Decoder:
         collect_stats: bool = False,
     ) -> GenerationResult:
         target, device = self.target, self.target.device
-        ids = torch.as_tensor(prompt_ids, dtype=torch.long, device=device).view(1, -1)
+        ids = prompt_tensor(prompt_ids, max_new_tokens, device)
         prompt_len = ids.shape[1]
-        if prompt_len == 0:
-            raise ValueError("empty prompt: at least one token is needed")
-        if max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
         self.check_fits(prompt_len, max_new_tokens)
         stops = set(int(t) for t in stop_token_ids)
         use_draft = self.method != "ar"
@@ -205,14 +222,9 @@ class Decoder:
             if use_draft:
                 feats = vout.features[:, keep]
                 feat_pos = torch.arange(c, c + a + 1, device=device)
-            for tok in emitted:
-                output.append(tok)
-                if tok in stops:
-                    done, stop_reason = True, "stop_token"
-                    break
-                if len(output) >= max_new_tokens:
-                    done, stop_reason = True, "max_new_tokens"
-                    break
+            ended = emit(output, emitted, stops, max_new_tokens)
+            if ended is not None:
+                done, stop_reason = True, ended
             root = proposals[last[0]]
             tf = clock()
             steps.append(StepStats(len(emitted), n, c, tb - ta, tc - tb, td - tc, te - td, tf - te))

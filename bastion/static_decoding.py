@@ -19,7 +19,7 @@ import torch
 
 from .accept import propose
 from .cost_model import CostModel, StepOverheads
-from .decoding import GenerationResult, StepStats, check_fits, check_method
+from .decoding import GenerationResult, StepStats, check_fits, check_method, emit, prompt_tensor
 from .static_engine import StaticEngine, search_width
 from .path_rank import layout
 from .tree import TreePolicy, bucket_size, topk_width
@@ -71,12 +71,8 @@ class StaticDecoder:
     ) -> GenerationResult:
         eng, method, policy = self.engine, self.method, self.policy
         device = eng.device
-        ids = torch.as_tensor(prompt_ids, dtype=torch.long, device=device).view(1, -1)
+        ids = prompt_tensor(prompt_ids, max_new_tokens, device)
         prompt_len = ids.shape[1]
-        if prompt_len == 0:
-            raise ValueError("empty prompt: at least one token is needed")
-        if max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
         check_fits(self.target, prompt_len, max_new_tokens, eng.block)
         if max_new_tokens == 0:
             return GenerationResult([], prompt_len, 0.0, 0.0, "max_new_tokens")
@@ -134,15 +130,9 @@ class StaticDecoder:
                 steps.append(pending)
                 pending = None
                 c += a + 1
-                for tok in emitted:
-                    output.append(tok)
-                    if tok in stops:
-                        done, stop_reason = True, "stop_token"
-                        break
-                    if len(output) >= max_new_tokens:
-                        done, stop_reason = True, "max_new_tokens"
-                        break
-                if done:
+                ended = emit(output, emitted, stops, max_new_tokens)
+                if ended is not None:
+                    done, stop_reason = True, ended
                     break
             if n is None:  # adaptive: the rule's count; widen the search if it ran out of paths
                 n = back[1]

@@ -44,23 +44,23 @@ def graph_us(fn, iters: int = 50, restore=()) -> float:
         for t, s in zip(restore, saved):
             t.copy_(s)
         return round(1e6 * (time.perf_counter() - t0) / 3, 1)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
+    runner = GraphRunner(torch.device("cuda"), warmup=3)  # the engine's own capture: warm-up, state restored
+    runner("fn", fn, writes=restore)
+    us = replay_us(runner.graphs["fn"], iters)
     for t, s in zip(restore, saved):
         t.copy_(s)
-    g.replay()
+    return us
+
+
+def replay_us(graph, iters: int, restore=()) -> float:
+    """GPU microseconds per replay of an already captured graph."""
+    saved = [t.clone() for t in restore]
+    graph.replay()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(iters):
-        g.replay()
+        graph.replay()
     end.record()
     torch.cuda.synchronize()
     for t, s in zip(restore, saved):
@@ -87,22 +87,6 @@ def kernels(fn) -> list[dict]:
             rows.append({"kernel": e.key[:90], "count": e.count, "us": round(t, 1)})
     rows.sort(key=lambda r: -r["us"])
     return rows
-
-
-def replay_us(graph, iters: int, restore=()) -> float:
-    """GPU microseconds per replay of an already captured graph."""
-    saved = [t.clone() for t in restore]
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    for t, s in zip(restore, saved):
-        t.copy_(s)
-    return round(1e3 * start.elapsed_time(end) / iters, 1)
 
 
 def section_phases(rep, engine, prompt, nodes: int) -> None:
