@@ -8,6 +8,13 @@ readback vector (the step's one synchronisation), build, verify, commit.  Genera
 when a read shows a stop token or enough tokens; the draft issued after the final commit
 is discarded.  The emitted tokens, cut at stop tokens and ``max_new_tokens``, are those of
 the eager decoder.
+
+Step times (``collect_stats``) come in two kinds.  ``True`` synchronises the device at
+every phase boundary, so each phase is timed alone (host launch included); that is what
+calibration's step overheads use.  ``"events"`` records a CUDA event at each boundary
+instead and reads them after the last step: the decode runs exactly as it does untimed,
+and any time the GPU waits for the host (the step's one synchronisation) falls in the
+phase it interrupts, so the phases add up to the step.
 """
 
 from __future__ import annotations
@@ -67,7 +74,7 @@ class StaticDecoder:
         temperature: float = 0.0,
         stop_token_ids: Iterable[int] = (),
         generator: torch.Generator | None = None,
-        collect_stats: bool = False,
+        collect_stats: bool | str = False,
     ) -> GenerationResult:
         eng, method, policy = self.engine, self.method, self.policy
         device = eng.device
@@ -107,7 +114,7 @@ class StaticDecoder:
         pending: StepStats | None = None  # the verified step whose tokens are not read yet
         c = prompt_len  # committed length, as the host last read it
         hint = 2 * policy.n_min
-        clock = (lambda: (sync(), time.perf_counter())[1]) if collect_stats else (lambda: 0.0)
+        clock, marks = _clock(collect_stats, device, sync)
         fixed = self.overheads.fixed if self.overheads is not None else 0.0
         first_step = True
         while not done:
@@ -153,11 +160,47 @@ class StaticDecoder:
             te = clock()
             run(("commit", n, use_draft), lambda: eng.commit(n, use_draft), writes=eng.state())
             tf = clock()
-            pending = StepStats(0, n, c, tb - ta, tc - tb, td - tc, te - td, tf - te)
+            pending = StepStats(0, n, c, 0.0, 0.0, 0.0, 0.0, 0.0)
+            marks.append((pending, (ta, tb, tc, td, te, tf)))
         sync()
         t2 = time.perf_counter()
+        for stats, stamps in marks:  # every event has completed after the final sync
+            stats.t_draft, stats.t_tree, stats.t_verify, stats.t_accept, stats.t_commit = _intervals(stamps)
         setup = run.capture_seconds - capture0  # graph captures are one-off work, not decoding
         return GenerationResult(output[:max_new_tokens], prompt_len, t1 - t0, t2 - t1 - setup, stop_reason, steps)
+
+
+def _clock(collect_stats: bool | str, device: torch.device, sync) -> tuple:
+    """(clock, marks): ``clock()`` stamps a phase boundary; ``marks`` collects each step's stamps."""
+    if collect_stats == "events":
+        if device.type != "cuda":
+            raise ValueError(f"collect_stats='events' needs a CUDA device, not {device}; use collect_stats=True")
+
+        def stamp() -> torch.cuda.Event:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+
+        return stamp, []
+    if collect_stats not in (True, False):
+        raise ValueError(f"collect_stats must be True, False or 'events', not {collect_stats!r}")
+    if collect_stats:
+        return (lambda: (sync(), time.perf_counter())[1]), []
+    return (lambda: 0.0), _Discard()
+
+
+class _Discard(list):
+    """Marks of an untimed decode: nothing is kept."""
+
+    def append(self, item) -> None:
+        pass
+
+
+def _intervals(stamps: tuple) -> list[float]:
+    """Seconds between consecutive stamps (perf_counter floats or recorded CUDA events)."""
+    if isinstance(stamps[0], float):
+        return [b - a for a, b in zip(stamps, stamps[1:])]
+    return [a.elapsed_time(b) / 1e3 for a, b in zip(stamps, stamps[1:])]
 
 
 def _rank(eng: StaticEngine, m: int, policy: TreePolicy, cost_model, fixed: float) -> int:

@@ -95,7 +95,31 @@ def section_curve(rep, target, engines, prompts, sizes, repeats):
             rep.add("curve", row)
 
 
+def replay_us(graph, iters: int, restore=()) -> float:
+    """GPU microseconds per replay of an already captured CUDA graph (``restore``: state to reset)."""
+    saved = [t.clone() for t in restore]
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    for t, s in zip(restore, saved):
+        t.copy_(s)
+    return round(1e3 * start.elapsed_time(end) / iters, 1)
+
+
 def section_overhead(rep, engines, prompts, steps):
+    """Per-step split of fixed-size BASTION trees and the DFlash chain, measured three ways.
+
+    - ``*_ms``: each phase between two device synchronisations (host launch included).
+    - ``*_ms_events`` (GPU): CUDA events at the phase boundaries of an otherwise untimed
+      decode; the GPU's wait for the step's one host read falls in the tree phase.
+    - ``overhead_ms_unsynced`` (GPU): an untimed decode's step time minus the GPU time of
+      the draft and verification graphs replayed alone: everything else the step costs.
+    """
     phases = ("t_draft", "t_tree", "t_verify", "t_accept", "t_commit")
     for (name, engine), (ctx, prompt) in ((e, p) for e in engines.items() for p in prompts.items()):
         for method, policy in (("bastion", TreePolicy(budget=512)), ("bastion", TreePolicy(budget=32)), ("dflash", None)):
@@ -108,6 +132,19 @@ def section_overhead(rep, engines, prompts, steps):
             row["overhead_ms"] = round(row["t_tree_ms"] + row["t_accept_ms"] + row["t_commit_ms"], 3)
             untimed = dec.generate(prompt, steps + 3)
             row["step_ms_no_sync"] = _ms(_per_step(untimed))
+            if engine.runner.enabled:
+                events = dec.generate(prompt, steps + 3, collect_stats="events").steps[2:]
+                for ph in phases:
+                    row[ph + "_ms_events"] = _ms(statistics.median(getattr(s, ph) for s in events))
+                row["overhead_ms_events"] = _ms(statistics.median(s.t_other for s in events))
+                row["step_ms_events"] = _ms(statistics.median(s.t_other + s.t_draft + s.t_verify for s in events))
+                n = row["nodes"]
+                graphs = engine.runner.graphs  # the last captured draft and verification graphs of this tree size
+                draft = [g for k, g in graphs.items() if k[0] == "draft"][-1]
+                verify = [g for k, g in graphs.items() if k[0] == "verify" and k[1] == n][-1]
+                row["draft_graph_ms"] = round(replay_us(draft, 10) / 1e3, 3)
+                row["verify_graph_ms"] = round(replay_us(verify, 10) / 1e3, 3)
+                row["overhead_ms_unsynced"] = round(row["step_ms_no_sync"] - row["draft_graph_ms"] - row["verify_graph_ms"], 3)
             rep.add("overhead", row)
 
 

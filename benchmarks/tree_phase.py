@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from shapes import random_pair  # noqa: E402
-from static_engine import Report, section_ar, section_overhead  # noqa: E402
+from static_engine import Report, replay_us, section_ar, section_overhead  # noqa: E402
 
 from bastion.calibrate import measure_peaks  # noqa: E402
 from bastion.static_attention import grouped_attention  # noqa: E402
@@ -50,22 +50,6 @@ def graph_us(fn, iters: int = 50, restore=()) -> float:
     for t, s in zip(restore, saved):
         t.copy_(s)
     return us
-
-
-def replay_us(graph, iters: int, restore=()) -> float:
-    """GPU microseconds per replay of an already captured graph."""
-    saved = [t.clone() for t in restore]
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    for t, s in zip(restore, saved):
-        t.copy_(s)
-    return round(1e3 * start.elapsed_time(end) / iters, 1)
 
 
 def kernels(fn) -> list[dict]:
@@ -139,11 +123,32 @@ def section_variants(rep, engine, prompt, nodes: int) -> None:
         engine.logq.copy_(v)
         engine.top_tok.copy_(i)
 
+    def two_stage(chunk):  # each chunk's top-k, then the top-k of those: the same values
+        def fn():
+            d, v = x.shape
+            c = -(-v // chunk)
+            xp = torch.nn.functional.pad(x, (0, c * chunk - v), value=float("-inf"))
+            v1, i1 = xp.view(d * c, chunk).topk(k, dim=-1)  # [D*C, k]
+            i1 = i1 + (torch.arange(c, device=x.device) * chunk).repeat(d)[:, None]
+            v2, j = v1.view(d, c * k).topk(k, dim=-1)
+            lse = torch.logsumexp(x.float(), dim=-1, keepdim=True)
+            engine.logq.copy_(v2.float() - lse)
+            engine.top_tok.copy_(i1.view(d, c * k).gather(1, j))
+        return fn
+
     selects = [("select_softmax", select_softmax), ("select_topk_first", select_topk_first)]
+    for chunk in (1024, 2048, 4096, 8192):
+        if chunk >= k:
+            selects.append((f"select_two_stage_{chunk}", two_stage(chunk)))
     if engine.device.type == "cuda":  # as the compiled engine runs it
         selects.append(("select_topk_first_compiled", torch.compile(select_topk_first)))
+    select_topk_first()
+    want = engine.logq.clone()
     for name, fn in selects:
-        rep.add("variants", {"variant": name, "us": graph_us(fn)})
+        row = {"variant": name, "us": graph_us(fn)}
+        fn()
+        row["same_values_as_topk"] = bool(torch.equal(engine.logq, want))
+        rep.add("variants", row)
     for m in (31, nodes - 1, 2 * nodes - 1):
         for name, fn in (("torch", path_rank._rank_torch), ("triton", path_rank._rank_triton)):
             if name == "triton" and not path_rank.use_triton(engine.device):
@@ -171,26 +176,54 @@ def section_variants(rep, engine, prompt, nodes: int) -> None:
     rep.add("variants", {"variant": f"commit_engine_{nodes}", "us": graph_us(lambda: engine.commit(nodes, True), restore=st)})
 
 
-def section_attention(rep, engine, contexts, sizes=(1, 16, 32, 64, 128, 256)) -> None:
-    """36 layers' tree attention over a window: SDPA against two batched multiplies, plain and compiled."""
+def section_attention(rep, engine, contexts, sizes=(1, 16, 64, 128, 256, 512, 1024, 2048)) -> None:
+    """36 layers' tree attention over a window, by form: SDPA (default and cuDNN), two batched
+    multiplies (plain and compiled), and compiled FlexAttention."""
     import functools
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from bastion.static_attention import flex_blocks, flex_tree_attention
 
     cfg = engine.target.config
     hq, hkv, d, layers = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.num_hidden_layers
     dev, dt = engine.device, engine.dtype
     bmm = functools.partial(grouped_attention, matmul_rows=1 << 30)
-    forms = {"sdpa": functools.partial(grouped_attention, matmul_rows=0), "bmm": bmm,
-             "bmm_compiled": torch.compile(bmm, dynamic=True)}
+    sdpa = functools.partial(grouped_attention, matmul_rows=0)
+    flex = torch.compile(flex_tree_attention, dynamic=True) if dev.type == "cuda" else flex_tree_attention
+
+    def cudnn(*a):
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return sdpa(*a)
+
+    forms = {"sdpa": sdpa, "bmm": bmm, "bmm_compiled": torch.compile(bmm, dynamic=True), "flex_compiled": None}
+    if dev.type == "cuda":
+        forms["sdpa_cudnn"] = cudnn
     for c in contexts:
         kv = engine.window(c + max(sizes))
         ks = [torch.randn(1, hkv, kv, d, device=dev, dtype=dt) for _ in range(layers)]
         vs = [torch.randn(1, hkv, kv, d, device=dev, dtype=dt) for _ in range(layers)]
         for s in sizes:
             q = torch.randn(1, hq, s, d, device=dev, dtype=dt)
-            mask = (torch.arange(kv, device=dev) < c + s)[None, None, None].expand(1, 1, s, kv).contiguous()
+            # the live context, then a random tree-like lower-triangular block
+            mask = (torch.arange(kv, device=dev) < c)[None].expand(s, kv).clone()
+            mask[:, c : c + s] = torch.rand(s, s, device=dev).tril_() < 0.3
+            mask[:, c : c + s].diagonal().fill_(True)
+            mask = mask[None, None]
             row = {"context": c, "window": kv, "s": s, "rows_per_kv_head": hq // hkv * s}
             for name, fn in forms.items():
-                row[f"{name}_us_36_layers"] = graph_us(lambda f=fn: [f(q, k, v, mask, d**-0.5) for k, v in zip(ks, vs)], 10)
+                if name.startswith("bmm") and s > 256:  # materialised scores: slow and large past here
+                    continue
+                if name == "flex_compiled":
+                    blocks = flex_blocks(s, kv, dev)
+                    fn = functools.partial(flex, blocks=blocks)
+                try:
+                    row[f"{name}_us_36_layers"] = graph_us(lambda f=fn: [f(q, k, v, mask, d**-0.5) for k, v in zip(ks, vs)], 10)
+                except Exception as exc:  # e.g. a backend that does not take this mask
+                    row[f"{name}_error"] = repr(exc)[:200]
+            ref = sdpa(q, ks[0], vs[0], mask, d**-0.5)
+            got = functools.partial(flex, blocks=flex_blocks(s, kv, dev))(q, ks[0], vs[0], mask, d**-0.5)
+            row["flex_max_abs_diff"] = float((got.float() - ref.float()).abs().max())
             rep.add("attention", row)
 
 

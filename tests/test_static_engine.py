@@ -287,3 +287,41 @@ def test_tree_phase_benchmark_runs_on_the_cpu(tmp_path):
     assert {"select_softmax", "select_topk_first", "rank_torch_m31", "build_plain_32", "commit_engine_32"} <= names
     assert {(r["method"], r["nodes"]) for r in data["overhead"]} >= {("bastion", 32), ("dflash", 16)}
     assert all(r["overhead_ms"] > 0 for r in data["overhead"])
+
+
+def test_large_tree_flex_attention_static_equals_eager():
+    """Trees past the batched-multiply threshold attend through FlexAttention: same outputs as eager."""
+    model = tiny_target("qwen3", seed=5, scale=3.0)
+    target = Target(model)
+    drafter = tiny_drafter(model, block_size=8, seed=3)
+    engine = StaticEngine(target, drafter, max_context=64, n_max=64, fused=True)
+    engine.fused.matmul_rows = 0  # every tree takes the large-tree path
+    assert engine.fused.large == "flex"
+    calls = []
+    flex = engine.fused.flex
+    engine.fused.flex = lambda *a, **kw: (calls.append(a[0].shape[2]), flex(*a, **kw))[1]
+    gen = torch.Generator().manual_seed(1)
+    for budget in (7, 40):
+        prompt = torch.randint(0, 250, (20,), generator=gen).tolist()
+        policy = TreePolicy(budget=budget)
+        eager = Decoder(target, "bastion", drafter, policy).generate(prompt, 24)
+        static = StaticDecoder(engine, "bastion", policy).generate(prompt, 24)
+        _same(eager, static)
+    assert {7, 40} <= set(calls)  # tree forwards of both sizes went through FlexAttention
+
+
+def test_flex_tree_attention_equals_grouped_attention():
+    from bastion.static_attention import flex_blocks, flex_tree_attention, grouped_attention
+
+    gen = torch.Generator().manual_seed(0)
+    for s, kv in ((5, 11), (150, 300)):  # one partial block, and several with ragged edges
+        q = torch.randn(1, 8, s, 16, generator=gen)
+        k, v = torch.randn(1, 2, kv, 16, generator=gen), torch.randn(1, 2, kv, 16, generator=gen)
+        mask = torch.rand(1, 1, s, kv, generator=gen) < 0.5
+        mask[..., 0] = True
+        ref = grouped_attention(q, k, v, mask, 0.25, matmul_rows=0)  # SDPA
+        out = flex_tree_attention(q, k, v, mask, 0.25, flex_blocks(s, kv, q.device))
+        assert out.shape == ref.shape == (1, s, 8, 16)
+        torch.testing.assert_close(out, ref)
+        wrong = flex_tree_attention(q, k, v, mask.flip(-1), 0.25, flex_blocks(s, kv, q.device))
+        assert not torch.allclose(wrong, ref)
