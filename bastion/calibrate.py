@@ -51,22 +51,49 @@ def _median_time(fn: Callable[[], Any], device: torch.device, warmup: int, repea
 
 # ---------------------------------------------------------------------------- ceilings
 def measure_peaks(device: torch.device | str, dtype: torch.dtype) -> HardwarePeaks:
-    """Measure the matmul rate and the copy bandwidth (bytes read + written).
+    """Measure the matmul rate, the masked-attention rate and the copy bandwidth (read + written).
 
     Sizes fill a large GPU yet stay quick on a CPU; fp16/bf16 matmuls on the CPU are
     emulated and slow, so the CPU measures the rate of the dtype it will decode in.
     """
     device = torch.device(device)
+    return HardwarePeaks(flops_per_s=_matmul_rate(device, dtype), bytes_per_s=_copy_rate(device),
+                         attention_flops_per_s=_attention_rate(device, dtype))
+
+
+def _matmul_rate(device: torch.device, dtype: torch.dtype) -> float:
     gpu = device.type == "cuda"
     n = 8192 if gpu else 1024
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
     t_mm, _ = _median_time(lambda: a @ b, device, warmup=3, repeats=10 if gpu else 5)
-    numel = (1 << 30) // 4 if gpu else (1 << 26) // 4  # 1 GiB / 64 MiB of float32
+    return 2.0 * n**3 / t_mm
+
+
+def _copy_rate(device: torch.device) -> float:
+    numel = (1 << 30) // 4 if device.type == "cuda" else (1 << 26) // 4  # 1 GiB / 64 MiB of float32
     src = torch.randn(numel, device=device)
     dst = torch.empty_like(src)
     t_cp, _ = _median_time(lambda: dst.copy_(src), device, warmup=3, repeats=10)
-    return HardwarePeaks(flops_per_s=2.0 * n**3 / t_mm, bytes_per_s=2.0 * src.numel() * 4 / t_cp)
+    return 2.0 * numel * 4 / t_cp
+
+
+def _attention_rate(device: torch.device, dtype: torch.dtype) -> float:
+    """FLOP/s of a large masked attention, laid out as the engines run tree attention.
+
+    The query heads that share a K/V head are folded into rows, and a boolean mask (a
+    lower-triangular tree block after a visible context) keeps SDPA off its flash kernel,
+    as every tree verification does.  FLOPs count every (row, key) pair, as the roofline does.
+    """
+    import torch.nn.functional as F
+
+    heads, rows, keys, d = (8, 8192, 8192, 128) if device.type == "cuda" else (4, 512, 1024, 64)
+    q = torch.randn(1, heads, rows, d, device=device).to(dtype)
+    k = torch.randn(1, heads, keys, d, device=device).to(dtype)
+    v = torch.randn(1, heads, keys, d, device=device).to(dtype)
+    mask = torch.ones(rows, keys, dtype=torch.bool, device=device).tril_(keys - rows)[None, None]
+    t, _ = _median_time(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask), device, warmup=2, repeats=5)
+    return 4.0 * heads * rows * keys * d / t
 
 
 # ---------------------------------------------------------------------------- grid
@@ -310,7 +337,8 @@ def calibrate(
     t0 = time.perf_counter()
     shape = ModelShape.from_config(target.config, torch.finfo(target.dtype).bits // 8)
     peaks = measure_peaks(target.device, target.dtype)
-    log(f"[calibrate] peaks: {peaks.flops_per_s / 1e12:.2f} TFLOP/s, {peaks.bytes_per_s / 1e9:.1f} GB/s")
+    log(f"[calibrate] peaks: {peaks.flops_per_s / 1e12:.2f} TFLOP/s matmul, "
+        f"{peaks.attention_flops_per_s / 1e12:.2f} TFLOP/s masked attention, {peaks.bytes_per_s / 1e9:.1f} GB/s")
     step = max(1, len(grid.points()) // 8)
     rows = probe_grid(target, grid, progress=lambda d, t: log(f"[calibrate] grid {d}/{t}") if d % step == 0 else None,
                       static=static)

@@ -7,9 +7,14 @@ works, not a table of three), and is then calibrated on the device:
 
     C(s, c) = max(a_c * T_comp(s, c) + b_c,  a_m * T_mem(s, c) + b_m),   all four >= 0,
 
-where ``T_comp`` = FLOPs / measured peak FLOP/s and ``T_mem`` = bytes / measured
-bandwidth.  The slopes absorb how far the kernels sit from the roofline; the intercepts
-absorb launch overhead, which dominates eager decoding on large GPUs.  Non-negative
+where ``T_mem`` = bytes / measured bandwidth and ``T_comp`` = FLOPs / measured peak
+FLOP/s, with one measured peak per kind of kernel: the projections and the LM head at
+the rate of a large matrix multiply, attention at the rate of a large masked attention
+(a tree mask keeps attention off the flash kernels, and on an H200 the masked kernel
+runs at about a third of the matmul rate; with one rate for both, the fit under-predicts
+trees of thousands of tokens, where attention is a third of the work).  The slopes
+absorb how far the kernels sit from these ceilings; the intercepts absorb launch
+overhead, which dominates eager decoding on large GPUs.  Non-negative
 coefficients make ``C`` non-decreasing in ``s``, which the tree rule relies on.
 """
 
@@ -74,15 +79,20 @@ class ModelShape:
         return self.vocab * self.hidden
 
     def flops(self, s, c):
-        """FLOPs of one forward over ``s`` tokens attending to ``c`` cached plus ``s`` new ones.
+        """FLOPs of one forward over ``s`` tokens attending to ``c`` cached plus ``s`` new ones."""
+        return self.linear_flops(s) + self.attention_flops(s, c)
 
-        Projections and MLP: 2 FLOPs per weight per token.  Attention: QK^T and PV over
-        the full ``c + s`` keys (a masked kernel still does that work).  LM head on every
-        token, since every tree node needs its next-token distribution.
+    def linear_flops(self, s):
+        """Projections, MLP and LM head: 2 FLOPs per weight per token.
+
+        The LM head runs on every token, since every tree node needs its next-token
+        distribution.
         """
-        linear = 2.0 * s * (self.num_layers * self.layer_params + self.head_params)
-        attention = self.num_layers * 4.0 * s * (c + s) * self.num_heads * self.head_dim
-        return linear + attention
+        return 2.0 * s * (self.num_layers * self.layer_params + self.head_params)
+
+    def attention_flops(self, s, c):
+        """QK^T and PV over the full ``c + s`` keys (a masked kernel still does that work)."""
+        return self.num_layers * 4.0 * s * (c + s) * self.num_heads * self.head_dim
 
     def bytes(self, s, c):
         """Bytes moved through device memory by the same forward.
@@ -108,8 +118,20 @@ class ModelShape:
 class HardwarePeaks:
     """Measured ceilings of the device (not datasheet values)."""
 
-    flops_per_s: float
-    bytes_per_s: float
+    flops_per_s: float  # a large matrix multiply
+    bytes_per_s: float  # a large device copy, bytes read + written
+    attention_flops_per_s: float | None = None  # a large masked attention; None: the matmul rate
+
+    def __post_init__(self) -> None:
+        for k, v in asdict(self).items():
+            if v is not None and not (v > 0 and math.isfinite(v)):
+                raise ValueError(f"hardware peak {k} must be finite and > 0, got {v}")
+
+
+def compute_seconds(shape: ModelShape, peaks: HardwarePeaks, s, c):
+    """``T_comp``: the projections at the matmul rate plus attention at the attention rate."""
+    attention_rate = peaks.attention_flops_per_s or peaks.flops_per_s
+    return shape.linear_flops(s) / peaks.flops_per_s + shape.attention_flops(s, c) / attention_rate
 
 
 @dataclass(frozen=True)
@@ -135,7 +157,7 @@ class CostModel:
     def terms(self, s, c) -> tuple[np.ndarray, np.ndarray]:
         s = np.asarray(s, dtype=np.float64)
         c = np.asarray(c, dtype=np.float64)
-        return self.shape.flops(s, c) / self.peaks.flops_per_s, self.shape.bytes(s, c) / self.peaks.bytes_per_s
+        return compute_seconds(self.shape, self.peaks, s, c), self.shape.bytes(s, c) / self.peaks.bytes_per_s
 
     def predict(self, s, c) -> np.ndarray:
         t_comp, t_mem = self.terms(s, c)
@@ -152,8 +174,8 @@ class CostModel:
         if key not in self._curve_cache:
             s = np.arange(n_max + 2, dtype=np.float64)
             p, pk = self.params, self.peaks
-            comp0 = self.shape.flops(s, 0.0) / pk.flops_per_s  # [n]
-            comp1 = (self.shape.flops(s, 1.0) / pk.flops_per_s) - comp0  # per unit of c
+            comp0 = compute_seconds(self.shape, pk, s, 0.0)  # [n]
+            comp1 = compute_seconds(self.shape, pk, s, 1.0) - comp0  # per unit of c
             mem0 = self.shape.bytes(s, 0.0) / pk.bytes_per_s
             mem1 = (self.shape.bytes(s, 1.0) / pk.bytes_per_s) - mem0
             as_t = lambda a: torch.tensor(a, dtype=torch.float64, device=device)  # noqa: E731
@@ -255,7 +277,7 @@ def fit_cost_model(
     if np.any(y <= 0):
         raise ValueError("latencies must be positive")
     w = default_weights(s_arr, y) if weights is None else np.asarray(weights, dtype=np.float64)
-    t_comp = shape.flops(s_arr, c_arr) / peaks.flops_per_s
+    t_comp = compute_seconds(shape, peaks, s_arr, c_arr)
     t_mem = shape.bytes(s_arr, c_arr) / peaks.bytes_per_s
     return CostModel(shape, peaks, fit_params(t_comp, t_mem, y, w))
 

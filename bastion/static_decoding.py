@@ -129,7 +129,7 @@ class StaticDecoder:
                 m = search_width(hint, policy) if policy.budget is None else max(policy.budget - 1, 1)
                 got = _rank(eng, m, policy, self.cost_model, fixed)
             n = self._tree_size(got)
-            back = eng.readback.tolist()  # the step's one host synchronisation
+            back = eng.read_back()  # the step's one host synchronisation
             if pending is not None:  # the previous step's tokens
                 a = back[0]
                 emitted = back[2 : 2 + a] + [back[-1]]

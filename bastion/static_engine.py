@@ -90,6 +90,8 @@ class StaticEngine:
         self.length = torch.zeros((), **long)  # committed tokens in the target's cache
         self.root = torch.zeros((), **long)  # last committed token, not yet seen by the target
         self.readback = torch.zeros(b + 2, **long)  # [accepted count, node count, path tokens.., bonus]
+        # its host copy: page-locked, so the step's one read is a direct DMA, not a staged copy
+        self.readback_host = torch.zeros(b + 2, dtype=torch.long, pin_memory=dev.type == "cuda")
         n = self.n_max
         self.tree_tokens = torch.zeros(n, **long)
         self.tree_parents = torch.zeros(n, **long)
@@ -269,6 +271,14 @@ class StaticEngine:
         self.readback[-1:].copy_(bonus)
         self.root.copy_(bonus[0])
         self.length.add_(count + 1)
+
+    def read_back(self) -> list[int]:
+        """The readback vector on the host: waits for every step function launched so far."""
+        if self.device.type != "cuda":
+            return self.readback.tolist()
+        self.readback_host.copy_(self.readback, non_blocking=True)
+        torch.cuda.current_stream(self.device).synchronize()
+        return self.readback_host.tolist()
 
     @torch.no_grad()
     def probe(self, tokens: torch.Tensor, c: int) -> Callable[[], None]:

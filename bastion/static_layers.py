@@ -9,8 +9,7 @@ projection, residual, norm, gated MLP) compile once for every layer and every tr
 (dynamic shapes); Inductor fuses the element-wise work around the matrix multiplies.
 The q/k/v and the gate/up projections are each stacked into one matrix (one multiply
 instead of three or two).  The K/V write stays outside, on the engine's buffers; attention
-is a third compiled function (:func:`bastion.static_attention.grouped_attention`), or for
-large trees a compiled FlexAttention (:func:`bastion.static_attention.flex_tree_attention`).
+is a third compiled function (:func:`bastion.static_attention.grouped_attention`).
 
 The arithmetic is the Transformers layers' (same operations, same fp32 upcasts); fused
 kernels may still round differently in bf16, which is why this path is an option of the
@@ -26,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .static_attention import flex_blocks, flex_tree_attention, grouped_attention
+from .static_attention import grouped_attention
 
 # Query rows per K/V head up to which the compiled engine's attention runs as two batched
 # multiplies with one fused softmax between them.  The fused SDPA kernel does not split a
@@ -34,11 +33,6 @@ from .static_attention import flex_blocks, flex_tree_attention, grouped_attentio
 # context 4096 cost ~3 ms more than at 512 with it; materialised scores of up to 512 rows
 # (a 128-token tree with four query heads per K/V head) stay cheap once the softmax is fused.
 COMPILED_MATMUL_ROWS = 512
-
-# How larger trees attend: "flex" (FlexAttention, compiled, reading the tree mask tile by
-# tile) or "sdpa" (the fused SDPA kernel, which given a mask runs its memory-efficient
-# form with the mask as a bias: far from the roofline for trees of thousands of rows).
-LARGE_TREE_ATTENTION = "flex"
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -124,14 +118,11 @@ class FusedLayers:
         self.pre: Callable = torch.compile(pre, dynamic=True) if compile else pre
         self.post: Callable = torch.compile(post, dynamic=True) if compile else post
         # attention of small trees too: the scaling, mask, softmax and casts around its two
-        # multiplies fuse.  Larger trees take FlexAttention (or SDPA uncompiled: compiled,
-        # it is decomposed into materialised [heads, rows, window] scores).
+        # multiplies fuse.  Larger trees keep the SDPA kernel uncompiled (compiled, it is
+        # decomposed into materialised [heads, rows, window] scores; FlexAttention with the
+        # tree mask measured 2-4x slower than SDPA there, docs/performance.md).
         attend = functools.partial(grouped_attention, matmul_rows=COMPILED_MATMUL_ROWS)
         self.attend: Callable = torch.compile(attend, dynamic=True) if compile else attend
-        self.matmul_rows = COMPILED_MATMUL_ROWS  # query rows per K/V head up to which self.attend runs
-        self.large = LARGE_TREE_ATTENTION
-        # uncompiled (CPU), FlexAttention runs its reference form: same results, slowly
-        self.flex: Callable = torch.compile(flex_tree_attention, dynamic=True) if compile else flex_tree_attention
 
     @torch.no_grad()  # as Target.forward: a calibration probe outside a decoder must not build autograd graphs
     def forward(self, ids, positions, mask, cache, features: bool):
@@ -142,13 +133,7 @@ class FusedLayers:
         taps: list[torch.Tensor | None] = [None] * len(t.feature_layers)
         cfg = t.config
         rows = cfg.num_attention_heads // cfg.num_key_value_heads * ids.shape[1]  # query rows per K/V head
-        if rows <= self.matmul_rows:
-            attend = self.attend
-        elif self.large == "flex":
-            blocks = flex_blocks(mask.shape[-2], mask.shape[-1], mask.device)  # one table for all layers
-            attend = functools.partial(self.flex, blocks=blocks)
-        else:
-            attend = grouped_attention
+        attend = self.attend if rows <= COMPILED_MATMUL_ROWS else grouped_attention
         for i, (pre_w, post_w, attn_mod) in enumerate(self.weights):
             q, k, v = self.pre(x, *pre_w, cos, sin)
             k_all, v_all = cache.write(i, k, v)

@@ -286,7 +286,8 @@ def main(argv=None) -> int:
     peaks = measure_peaks(device, dtype)
     rep.add("setup", {"gpu": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__, "shape": args.shape,
                       "build_s": round(time.perf_counter() - t0, 1), "copy_TBps": round(peaks.bytes_per_s / 1e12, 3),
-                      "matmul_TFLOPs": round(peaks.flops_per_s / 1e12, 1)})
+                      "matmul_TFLOPs": round(peaks.flops_per_s / 1e12, 1),
+                      "attention_TFLOPs": round(peaks.attention_flops_per_s / 1e12, 1)})
     cost = None
     for sec in sections:
         t1 = time.perf_counter()

@@ -31,6 +31,46 @@ from bastion.target import Target  # noqa: E402
 from bastion.tree import TreePolicy  # noqa: E402
 
 
+# Block size of the FlexAttention block mask (a multiple of the kernel's tiles).
+FLEX_BLOCK = 128
+
+
+def flex_blocks(s: int, kv: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Block-mask tables that list every (query block, key block) pair as partial.
+
+    A tree's block structure changes from step to step (the live length moves within the
+    window, the tree's shape differs) while a captured graph replays fixed tensors; with
+    every block partial, the mask tensor alone decides, so one table serves every step of
+    a shape.  Returns ``kv_num_blocks`` [1, 1, Qb] and ``kv_indices`` [1, 1, Qb, Kb].
+    """
+    qb, kb = -(-s // FLEX_BLOCK), -(-kv // FLEX_BLOCK)
+    num = torch.full((1, 1, qb), kb, dtype=torch.int32, device=device)
+    idx = torch.arange(kb, dtype=torch.int32, device=device).repeat(1, 1, qb, 1)
+    return num, idx
+
+
+def flex_tree_attention(query, key, value, mask, scale: float, blocks: tuple[torch.Tensor, torch.Tensor]):
+    """Masked attention as :func:`grouped_attention` computes it, through FlexAttention.
+
+    A candidate for large trees (one flash-style kernel reading the boolean mask tile by
+    tile, where SDPA given a mask runs its memory-efficient kernel with the mask as a
+    bias); measured slower than SDPA on the H200, so the engine does not use it.
+    query [1, Hq, s, D], key/value [1, Hkv, kv, D], mask [1, 1, s, kv] -> [1, s, Hq, D].
+    """
+    from torch.nn.attention.flex_attention import BlockMask, flex_attention
+
+    allowed = mask[0, 0]  # [s, kv]
+    s, kv = allowed.shape
+
+    def keep(b, h, q_idx, kv_idx):
+        return allowed[q_idx, kv_idx]
+
+    block_mask = BlockMask.from_kv_blocks(*blocks, BLOCK_SIZE=FLEX_BLOCK, mask_mod=keep, seq_lengths=(s, kv),
+                                          compute_q_blocks=False)
+    out = flex_attention(query, key, value, block_mask=block_mask, scale=scale, enable_gqa=True)  # [1, Hq, s, D]
+    return out.transpose(1, 2).contiguous()
+
+
 def graph_us(fn, iters: int = 50, restore=()) -> float:
     """GPU microseconds per replay of ``fn`` captured in a CUDA graph (``restore``: state to reset).
 
@@ -183,8 +223,6 @@ def section_attention(rep, engine, contexts, sizes=(1, 16, 64, 128, 256, 512, 10
 
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from bastion.static_attention import flex_blocks, flex_tree_attention
-
     cfg = engine.target.config
     hq, hkv, d, layers = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.num_hidden_layers
     dev, dt = engine.device, engine.dtype
@@ -227,6 +265,25 @@ def section_attention(rep, engine, contexts, sizes=(1, 16, 64, 128, 256, 512, 10
             rep.add("attention", row)
 
 
+def section_trace(rep, engine, prompt, nodes: int, out: Path) -> None:
+    """Chrome trace (host and GPU) of a few BASTION steps: where the GPU waits for the host."""
+    import gzip
+
+    from torch.profiler import ProfilerActivity, profile
+
+    dec = StaticDecoder(engine, "bastion", TreePolicy(budget=nodes))
+    dec.generate(prompt, 8)  # captures outside the trace
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with profile(activities=acts) as prof:
+        res = dec.generate(prompt, 10)
+    raw = out / f"trace_{nodes}.json"
+    prof.export_chrome_trace(str(raw))
+    with open(raw, "rb") as src, gzip.open(str(raw) + ".gz", "wb") as dst:
+        dst.write(src.read())
+    raw.unlink()
+    rep.add("trace", {"nodes": nodes, "steps": len(res.steps), "file": raw.name + ".gz"})
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="qwen3-8b")
@@ -254,6 +311,8 @@ def main(argv=None) -> int:
                 section_phases(rep, engine, prompts[min(contexts)], args.nodes)
             elif sec == "variants":
                 section_variants(rep, engine, prompts[min(contexts)], args.nodes)
+            elif sec == "trace":
+                section_trace(rep, engine, prompts[max(contexts)], args.nodes, out)
             elif sec == "attention":
                 section_attention(rep, engine, contexts)
             elif sec == "ar":  # the compiled engine, then the same with attention left uncompiled

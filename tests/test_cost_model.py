@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import GPT2Config, LlamaConfig, Qwen3Config
@@ -156,6 +157,40 @@ def test_unsupported_family(config):
 # the fit
 
 PEAKS = HardwarePeaks(flops_per_s=800e12, bytes_per_s=4.2e12)
+# attention measured at a quarter of the matmul rate, as masked kernels run on an H200
+PEAKS_ATT = HardwarePeaks(flops_per_s=800e12, bytes_per_s=4.2e12, attention_flops_per_s=200e12)
+
+
+def test_attention_rate_prices_only_the_attention_flops():
+    s, c = np.array([1.0, 64.0, 512.0, 8192.0]), np.array([4096.0, 64.0, 2048.0, 64.0])
+    params = CostParams(1, 0, 1, 0)
+    t_one, m_one = CostModel(QWEN3_8B, PEAKS, params).terms(s, c)
+    t_two, m_two = CostModel(QWEN3_8B, PEAKS_ATT, params).terms(s, c)
+    np.testing.assert_array_equal(m_one, m_two)  # memory time does not change
+    np.testing.assert_allclose(t_one, QWEN3_8B.flops(s, c) / 800e12, rtol=1e-12)  # no attention rate: one rate
+    extra = QWEN3_8B.attention_flops(s, c) * (1 / 200e12 - 1 / 800e12)
+    np.testing.assert_allclose(t_two - t_one, extra, rtol=1e-9)
+    # an 8192-token tree at c = 64: attention is a quarter of the FLOPs, more than half the time
+    share = QWEN3_8B.attention_flops(8192, 64) / QWEN3_8B.flops(8192, 64)
+    assert 0.2 < share < 0.3 and (QWEN3_8B.attention_flops(8192, 64) / 200e12) / t_two[3] > 0.5
+
+
+@pytest.mark.parametrize("field", ["flops_per_s", "bytes_per_s", "attention_flops_per_s"])
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
+def test_hardware_peaks_reject_bad_rates(field, bad):
+    kwargs = dict(flops_per_s=1e12, bytes_per_s=1e12, attention_flops_per_s=1e12)
+    kwargs[field] = bad
+    with pytest.raises(ValueError, match=field):
+        HardwarePeaks(**kwargs)
+
+
+def test_measured_peaks_on_the_cpu_include_masked_attention():
+    from bastion.calibrate import measure_peaks
+
+    peaks = measure_peaks("cpu", torch.float32)
+    assert all(v > 0 and math.isfinite(v) for v in (peaks.flops_per_s, peaks.bytes_per_s, peaks.attention_flops_per_s))
+    # a masked attention never beats a plain matrix multiply by much
+    assert peaks.attention_flops_per_s < 4 * peaks.flops_per_s
 S_GRID, C_GRID = (a.ravel().astype(float) for a in np.meshgrid(np.arange(16, 513, 16), 2 ** np.arange(6, 12)))
 
 REGIMES = {
@@ -168,19 +203,20 @@ REGIMES = {
 }
 
 
-def _truth(params: CostParams) -> tuple[CostModel, np.ndarray, np.ndarray]:
-    model = CostModel(QWEN3_8B, PEAKS, params)
+def _truth(params: CostParams, peaks: HardwarePeaks = PEAKS) -> tuple[CostModel, np.ndarray, np.ndarray]:
+    model = CostModel(QWEN3_8B, peaks, params)
     t_comp, t_mem = model.terms(S_GRID, C_GRID)
     compute = params.a_c * t_comp + params.b_c > params.a_m * t_mem + params.b_m
     return model, model.predict(S_GRID, C_GRID), compute
 
 
+@pytest.mark.parametrize("peaks", [PEAKS, PEAKS_ATT], ids=["one_rate", "attention_rate"])
 @pytest.mark.parametrize("regime", sorted(REGIMES))
-def test_fit_recovers_parameters_noise_free(regime):
+def test_fit_recovers_parameters_noise_free(regime, peaks):
     true = REGIMES[regime]
-    _, y, compute = _truth(true)
+    _, y, compute = _truth(true, peaks)
     assert 0.05 < compute.mean() < 0.95  # both branches are visible, so all four are identifiable
-    fit = fit_cost_model(QWEN3_8B, PEAKS, S_GRID, C_GRID, y)
+    fit = fit_cost_model(QWEN3_8B, peaks, S_GRID, C_GRID, y)
     for name in ("a_c", "b_c", "a_m", "b_m"):
         assert getattr(fit.params, name) == pytest.approx(getattr(true, name), rel=1e-3), name
     assert ape(fit, S_GRID, C_GRID, y).max() < 1e-6
@@ -266,9 +302,10 @@ def test_prediction_non_decreasing_in_s(params, c):
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
-@given(params_st, st.integers(1, 300), st.lists(st.integers(0, 8192), min_size=1, max_size=3))
-def test_curve_equals_predict(params, n_max, contexts):
-    model = CostModel(QWEN3_8B, PEAKS, params)
+@given(params_st, st.integers(1, 300), st.lists(st.integers(0, 8192), min_size=1, max_size=3),
+       st.sampled_from([PEAKS, PEAKS_ATT]))
+def test_curve_equals_predict(params, n_max, contexts, peaks):
+    model = CostModel(QWEN3_8B, peaks, params)
     for c in contexts:  # repeated calls reuse the cached, c-independent parts
         cur = model.curve(c, n_max)
         assert cur.shape == (n_max + 2,)
@@ -279,8 +316,9 @@ def test_curve_equals_predict(params, n_max, contexts):
         assert np.all(np.diff(cur.numpy()) >= 0)
 
 
-def test_to_dict_round_trip():
-    model = CostModel(QWEN3_8B, PEAKS, CostParams(1.25, 3e-3, 0.75, 1e-2))
+@pytest.mark.parametrize("peaks", [PEAKS, PEAKS_ATT], ids=["one_rate", "attention_rate"])
+def test_to_dict_round_trip(peaks):
+    model = CostModel(QWEN3_8B, peaks, CostParams(1.25, 3e-3, 0.75, 1e-2))
     data = json.loads(json.dumps(model.to_dict()))
     back = CostModel.from_dict(data)
     assert back.shape == model.shape and back.peaks == model.peaks and back.params == model.params
