@@ -10,10 +10,10 @@ give the same paths bit for bit:
 
 - :func:`_rank_torch`: ``torch.sort`` per round (any device; the CPU reference).
 - :func:`_rank_triton` (CUDA with Triton): each round gives every candidate its place by
-  counting the candidates that sort before it (spread over hundreds of programs), then
-  moves the first ``take`` to their places: two short launches.  PyTorch's top-k makes
-  several one-block passes over a few thousand numbers per round; fifteen dependent
-  rounds of it cost 0.82 ms of a 512-node step on an H200, against 0.24 ms here.
+  counting, with binary searches, the candidates that sort before it, and writes the
+  kept ones to their places: one launch per round (see :mod:`bastion.path_rank_kernels`).
+  PyTorch's top-k makes several one-block passes over a few thousand numbers per round;
+  fifteen dependent rounds of it cost 0.82 ms of a 512-node step on an H200.
 
 Both read the same fp32 sums ``prev[row] + logq[d, col]``, computed the same way.
 """
@@ -116,23 +116,35 @@ def _rank_triton(logq: torch.Tensor, m: int) -> tuple[torch.Tensor, ...]:
     d_max, k = logq.shape
     logq = logq.contiguous()
     depth, local = layout(d_max, k, m, logq.device)
+    offsets, sizes, longest = _lists(d_max, k, m, logq.device)
     n = depth.shape[0]
     all_v = torch.empty(n, dtype=torch.float32, device=logq.device)  # every round's kept paths, depth-major
     all_i = torch.empty(n, dtype=torch.long, device=logq.device)
-    flats, p = [], 1
+    prev, off, p = logq.new_zeros(1), 0, 1
     for d in range(d_max):
         take = min(m, p * k)
-        flats.append((candidates(p, k, take, logq.device), take))
-        p = take
-    # every count pass adds into its own zeroed slice: one memset for the whole search
-    place = torch.zeros(sum(f.shape[0] for f, _ in flats) + n, dtype=torch.int32, device=logq.device)
-    prev, off, at = logq.new_zeros(1), 0, 0
-    for d, (flat, take) in enumerate(flats):
         v, i = all_v[off : off + take], all_i[off : off + take]
-        kern.rank_round(prev, logq[d], flat, v, i, take, k, place[at : at + flat.shape[0]])
-        prev, off, at = v, off + take, at + flat.shape[0]
+        kern.rank_round(prev, logq[d], candidates(p, k, take, logq.device), v, i, take, k)
+        prev, off, p = v, off + take, take
     got = min(m, n)
     out = torch.empty(got, dtype=torch.float32, device=logq.device), *(
         torch.empty(got, dtype=torch.long, device=logq.device) for _ in range(4))
-    kern.rank_final(all_v, all_i, depth, local, got, k, place[at:], *out)
+    kern.rank_final(all_v, all_i, depth, local, offsets, sizes, longest, got, k, *out)
     return out
+
+
+_LISTS: dict[tuple[int, int, int, str], tuple[torch.Tensor, torch.Tensor, int]] = {}
+
+
+def _lists(d_max: int, k: int, m: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Start and length [D] (int32) of each depth's kept list in the depth-major layout, and the longest."""
+    key = (d_max, k, m, str(device))
+    if key not in _LISTS:
+        sizes, width = [], 1
+        for _ in range(d_max):
+            width = min(m, width * k)
+            sizes.append(width)
+        starts = [sum(sizes[:d]) for d in range(d_max)]
+        as_t = lambda x: torch.tensor(x, dtype=torch.int32).to(device)  # noqa: E731
+        _LISTS[key] = (as_t(starts), as_t(sizes), max(sizes))
+    return _LISTS[key]

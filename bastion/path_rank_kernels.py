@@ -1,13 +1,23 @@
 """Triton kernels for :mod:`bastion.path_rank` (imported only where Triton is installed).
 
-Rank by counting: candidate i's place in a stable descending sort is the number of
-candidates j with x_j > x_i, or x_j == x_i and j < i.  A program compares ``BI``
-candidates with ``TILES`` tiles of ``BJ`` others and adds its partial counts atomically
-(integers: the order of the additions does not matter), so a few thousand candidates
-are a few million comparisons spread over hundreds of programs.  A second pass moves
-each candidate whose place is below the number kept to that place, so the output comes
-out sorted.  Two short launches per depth, where a general sort or top-k makes several
-passes of one thread block each.
+Rank by counting, with the counts found by binary search.  A candidate's place in a
+stable descending sort is the number of candidates that sort before it: a larger value,
+or an equal value earlier in the list.  The candidates are not an arbitrary list:
+
+- In a round, candidate (i, j) is parent i's path extended by token rank j, worth
+  ``prev[i] + q[j]`` with both vectors sorted descending.  Column j' of the pruned pair
+  grid holds rows 0..R(j')-1 (R = min(rows, take // (j' + 1)), see
+  :func:`bastion.path_rank.candidates`), and down a column the values never increase.
+  So the candidates of column j' that come before a given one are a prefix of it, found
+  by a binary search: about 128 columns x 9 steps per candidate, where comparing it with
+  every other candidate took about 3,500 steps.
+- In the final pass, every depth's kept paths are already sorted: the candidates of
+  another depth that come before a path are again a prefix of that depth's list.
+
+Each program holds a few candidates against all columns (or all depths), so it knows
+their places outright and writes the kept ones there: one launch per round, no atomic
+partial counts, no zeroed buffer.  The comparisons are those of the torch reference
+(the same fp32 sums, ties broken by list position), so the paths are the same bit for bit.
 """
 
 from __future__ import annotations
@@ -16,94 +26,106 @@ import torch
 import triton
 import triton.language as tl
 
-BI = 64  # candidates ranked per program
-BJ = 128  # candidates compared per tile
-TILES = 4  # tiles per program: the comparisons of one candidate are split over programs
-BS = 256  # candidates placed per program of the scatter pass
+LANES = 2048  # (candidate, column) pairs per program
 
 
 @triton.jit
-def _value(j, valid, prev_ptr, q_ptr, flat_ptr, v_ptr, GATHER: tl.constexpr, K: tl.constexpr):
-    """Candidate j's log-prob: prev[f // K] + q[f % K] for f = flat[j] (a round), or v[j] (the final pass)."""
-    if GATHER:
-        f = tl.load(flat_ptr + j, mask=valid, other=0)
-        return tl.load(prev_ptr + f // K, mask=valid, other=0.0) + tl.load(q_ptr + f % K, mask=valid, other=0.0)
-    else:
-        return tl.load(v_ptr + j, mask=valid, other=0.0)
+def _prefix_before(base, add, v, length, before_tie, ITERS: tl.constexpr):
+    """Per lane: how many leading entries of ``base[0..length) + add`` sort before value ``v``.
+
+    ``base`` (pointers) is sorted descending, so the entries before ``v`` (larger, or equal
+    at a position below ``before_tie``) form a prefix; ITERS halvings find its end.
+    """
+    lo = tl.zeros_like(length)
+    hi = length
+    for _ in tl.static_range(ITERS):
+        active = lo < hi
+        mid = (lo + hi) // 2
+        x = tl.load(base + mid, mask=active, other=0.0) + add
+        right = active & ((x > v) | ((x == v) & (mid < before_tie)))
+        lo = tl.where(right, mid + 1, lo)
+        hi = tl.where(active & ~right, mid, hi)
+    return lo
 
 
 @triton.jit
-def _sorted_before(x_i, i, x_j, j, valid_j):
-    """For each i [BI]: how many of the tile's j [BJ] come before it (value descending, then index)."""
-    before = (x_j[None, :] > x_i[:, None]) | ((x_j[None, :] == x_i[:, None]) & (j[None, :] < i[:, None]))
-    return tl.sum((before & valid_j[None, :]).to(tl.int32), axis=1)
-
-
-@triton.jit
-def _count_kernel(prev_ptr, q_ptr, flat_ptr, v_ptr, place_ptr, n,
-                  GATHER: tl.constexpr, K: tl.constexpr, BI: tl.constexpr, BJ: tl.constexpr, TILES: tl.constexpr):
-    """Program (a, b): candidates a*BI.. against tiles b*TILES.. ; partial places added atomically."""
-    i = tl.program_id(0) * BI + tl.arange(0, BI)
-    valid_i = i < n
-    x_i = _value(i, valid_i, prev_ptr, q_ptr, flat_ptr, v_ptr, GATHER, K)
-    part = tl.zeros([BI], dtype=tl.int32)
-    base = tl.program_id(1) * (TILES * BJ)
-    for t in tl.static_range(TILES):
-        j = base + t * BJ + tl.arange(0, BJ)
-        valid_j = j < n
-        x_j = _value(j, valid_j, prev_ptr, q_ptr, flat_ptr, v_ptr, GATHER, K)
-        part += _sorted_before(x_i, i, x_j, j, valid_j)
-    tl.atomic_add(place_ptr + i, part, mask=valid_i)
-
-
-@triton.jit
-def _round_scatter(prev_ptr, q_ptr, flat_ptr, place_ptr, out_v_ptr, out_i_ptr, n, take,
-                   K: tl.constexpr, BS: tl.constexpr):
-    i = tl.program_id(0) * BS + tl.arange(0, BS)
-    valid = i < n
-    f = tl.load(flat_ptr + i, mask=valid, other=0)
-    x = tl.load(prev_ptr + f // K, mask=valid, other=0.0) + tl.load(q_ptr + f % K, mask=valid, other=0.0)
-    place = tl.load(place_ptr + i, mask=valid, other=0)
+def _round_kernel(prev_ptr, q_ptr, flat_ptr, out_v_ptr, out_i_ptr, n, rows, take,
+                  K: tl.constexpr, BK: tl.constexpr, BI: tl.constexpr, ITERS: tl.constexpr):
+    """Candidates c = pid*BI.. : place among all candidates of the round; the first ``take`` are stored."""
+    c = tl.program_id(0) * BI + tl.arange(0, BI)  # [BI]
+    valid = c < n
+    f = tl.load(flat_ptr + c, mask=valid, other=0)
+    i = (f // K).to(tl.int32)
+    j = (f % K).to(tl.int32)
+    v = tl.load(prev_ptr + i, mask=valid, other=0.0) + tl.load(q_ptr + j, mask=valid, other=0.0)
+    col = tl.arange(0, BK)  # [BK] token ranks j'
+    q_col = tl.load(q_ptr + col, mask=col < K, other=0.0)
+    present = tl.where(col < K, tl.minimum(rows, take // (col + 1)), 0)  # rows in column j'
+    length = tl.zeros([BI, BK], dtype=tl.int32) + present[None, :]
+    # on a tie, (i', j') comes first if its flat index i' * K + j' is smaller: i' < i + [j' < j]
+    tie = i[:, None] + (col[None, :] < j[:, None]).to(tl.int32)
+    count = _prefix_before(prev_ptr + tl.zeros([1, BK], dtype=tl.int32), q_col[None, :], v[:, None], length, tie, ITERS)
+    place = tl.sum(count, axis=1)  # [BI]
     keep = valid & (place < take)
-    tl.store(out_v_ptr + place, x, mask=keep)
+    tl.store(out_v_ptr + place, v, mask=keep)
     tl.store(out_i_ptr + place, f, mask=keep)
 
 
 @triton.jit
-def _final_scatter(v_ptr, f_ptr, depth_ptr, local_ptr, place_ptr, n, m,
-                   logp_ptr, depth_out_ptr, local_out_ptr, parent_ptr, rank_ptr, K: tl.constexpr, BS: tl.constexpr):
-    i = tl.program_id(0) * BS + tl.arange(0, BS)
-    valid = i < n
-    place = tl.load(place_ptr + i, mask=valid, other=0)
+def _final_kernel(v_ptr, f_ptr, depth_ptr, local_ptr, off_ptr, len_ptr, n, m, D,
+                  logp_ptr, depth_out_ptr, local_out_ptr, parent_ptr, rank_ptr,
+                  K: tl.constexpr, BD: tl.constexpr, BI: tl.constexpr, ITERS: tl.constexpr):
+    """Kept paths e = pid*BI.. (depth-major lists, each sorted): place among all; the first ``m`` are stored."""
+    e = tl.program_id(0) * BI + tl.arange(0, BI)  # [BI]
+    valid = e < n
+    v = tl.load(v_ptr + e, mask=valid, other=0.0)
+    a = tl.load(depth_ptr + e, mask=valid, other=1).to(tl.int32) - 1  # its list
+    r = tl.load(local_ptr + e, mask=valid, other=0).to(tl.int32)  # its position there
+    lists = tl.arange(0, BD)
+    live = lists < D
+    off = tl.load(off_ptr + lists, mask=live, other=0)
+    size = tl.load(len_ptr + lists, mask=live, other=0)
+    length = tl.zeros([BI, BD], dtype=tl.int32) + size[None, :]
+    # ties: an earlier list's entries all come first, a later list's none (positions < 0)
+    tie = tl.where(lists[None, :] < a[:, None], size[None, :], 0)
+    count = _prefix_before(v_ptr + off[None, :], 0.0, v[:, None], length, tie, ITERS)
+    count = tl.where(lists[None, :] == a[:, None], r[:, None], count)  # its own list: the entries above it
+    place = tl.sum(count, axis=1)
     keep = valid & (place < m)
-    f = tl.load(f_ptr + i, mask=valid, other=0)
-    tl.store(logp_ptr + place, tl.load(v_ptr + i, mask=valid, other=0.0), mask=keep)
-    tl.store(depth_out_ptr + place, tl.load(depth_ptr + i, mask=valid, other=0), mask=keep)
-    tl.store(local_out_ptr + place, tl.load(local_ptr + i, mask=valid, other=0), mask=keep)
+    f = tl.load(f_ptr + e, mask=valid, other=0)
+    tl.store(logp_ptr + place, v, mask=keep)
+    tl.store(depth_out_ptr + place, tl.load(depth_ptr + e, mask=valid, other=0), mask=keep)
+    tl.store(local_out_ptr + place, tl.load(local_ptr + e, mask=valid, other=0), mask=keep)
     tl.store(parent_ptr + place, f // K, mask=keep)
     tl.store(rank_ptr + place, f % K, mask=keep)
 
 
-def _count_grid(n: int) -> tuple[int, int]:
-    return triton.cdiv(n, BI), triton.cdiv(n, BJ * TILES)
+def _iters(longest: int) -> int:
+    """Halvings that shrink any range of up to ``longest`` entries to nothing."""
+    return max(1, int(longest).bit_length())
 
 
 def rank_round(prev: torch.Tensor, q: torch.Tensor, flat: torch.Tensor, out_v: torch.Tensor, out_i: torch.Tensor,
-               take: int, k: int, place: torch.Tensor) -> None:
-    """One depth: the best ``take`` of the candidates ``prev[f // k] + q[f % k]`` (f in ``flat``), sorted.
+               take: int, k: int) -> None:
+    """One depth: the best ``take`` of the candidates ``prev[f // k] + q[f % k]`` (f in ``flat``), sorted."""
+    n, rows = flat.shape[0], min(prev.shape[0], take)
+    bk = triton.next_power_of_2(k)
+    bi = max(1, LANES // bk)
+    _round_kernel[(triton.cdiv(n, bi),)](prev, q, flat, out_v, out_i, n, rows, take,
+                                         K=k, BK=bk, BI=bi, ITERS=_iters(rows))
 
-    ``place`` [len(flat)] int32 must be zero: it receives every candidate's place.
+
+def rank_final(values: torch.Tensor, flat: torch.Tensor, depth: torch.Tensor, local: torch.Tensor,
+               offsets: torch.Tensor, sizes: torch.Tensor, longest: int, m: int, k: int, logp: torch.Tensor,
+               depth_out: torch.Tensor, local_out: torch.Tensor, parent: torch.Tensor, rank: torch.Tensor) -> None:
+    """All depths together: the best ``m`` kept paths, sorted, split into the tree's columns.
+
+    ``offsets`` and ``sizes`` [D] (int32) locate each depth's sorted list in ``values``;
+    ``longest`` is the largest size.
     """
-    n = flat.shape[0]
-    _count_kernel[_count_grid(n)](prev, q, flat, prev, place, n, GATHER=True, K=k, BI=BI, BJ=BJ, TILES=TILES)
-    _round_scatter[(triton.cdiv(n, BS),)](prev, q, flat, place, out_v, out_i, n, take, K=k, BS=BS)
-
-
-def rank_final(values: torch.Tensor, flat: torch.Tensor, depth: torch.Tensor, local: torch.Tensor, m: int, k: int,
-               place: torch.Tensor, logp: torch.Tensor, depth_out: torch.Tensor, local_out: torch.Tensor,
-               parent: torch.Tensor, rank: torch.Tensor) -> None:
-    """All depths together: the best ``m`` kept paths, sorted, split into the tree's columns."""
-    n = values.shape[0]
-    _count_kernel[_count_grid(n)](values, values, flat, values, place, n, GATHER=False, K=k, BI=BI, BJ=BJ, TILES=TILES)
-    _final_scatter[(triton.cdiv(n, BS),)](values, flat, depth, local, place, n, m, logp, depth_out, local_out,
-                                          parent, rank, K=k, BS=BS)
+    n, d = values.shape[0], offsets.shape[0]
+    bd = triton.next_power_of_2(d)
+    bi = max(1, LANES // bd)
+    _final_kernel[(triton.cdiv(n, bi),)](values, flat, depth, local, offsets, sizes, n, m, d,
+                                         logp, depth_out, local_out, parent, rank,
+                                         K=k, BD=bd, BI=bi, ITERS=_iters(longest))

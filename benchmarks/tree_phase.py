@@ -194,14 +194,6 @@ def section_variants(rep, engine, prompt, nodes: int) -> None:
             if name == "triton" and not path_rank.use_triton(engine.device):
                 continue
             rep.add("variants", {"variant": f"rank_{name}_m{m}", "us": graph_us(lambda f=fn, mm=m: f(engine.logq, mm))})
-        if path_rank.use_triton(engine.device):  # how many comparison tiles one program takes
-            from bastion import path_rank_kernels as kern
-
-            default = kern.TILES
-            for tiles in (1, 2, 4):
-                kern.TILES = tiles
-                rep.add("variants", {"variant": f"rank_triton_m{m}_tiles{tiles}", "us": graph_us(lambda mm=m: path_rank._rank_triton(engine.logq, mm))})
-            kern.TILES = default
         if path_rank.use_triton(engine.device):  # same paths, bit for bit, also with many exact ties
             tied = torch.sort(torch.randint(-40, 0, engine.logq.shape, device=engine.device).float() / 4,
                               dim=-1, descending=True).values
