@@ -27,6 +27,7 @@ import triton
 import triton.language as tl
 
 LANES = 2048  # (candidate, column) pairs per program
+WARPS = 4  # warps per program
 
 
 @triton.jit
@@ -112,7 +113,7 @@ def rank_round(prev: torch.Tensor, q: torch.Tensor, flat: torch.Tensor, out_v: t
     bk = triton.next_power_of_2(k)
     bi = max(1, LANES // bk)
     _round_kernel[(triton.cdiv(n, bi),)](prev, q, flat, out_v, out_i, n, rows, take,
-                                         K=k, BK=bk, BI=bi, ITERS=_iters(rows))
+                                         K=k, BK=bk, BI=bi, ITERS=_iters(rows), num_warps=WARPS)
 
 
 def rank_final(values: torch.Tensor, flat: torch.Tensor, depth: torch.Tensor, local: torch.Tensor,
@@ -128,4 +129,4 @@ def rank_final(values: torch.Tensor, flat: torch.Tensor, depth: torch.Tensor, lo
     bi = max(1, LANES // bd)
     _final_kernel[(triton.cdiv(n, bi),)](values, flat, depth, local, offsets, sizes, n, m, d,
                                          logp, depth_out, local_out, parent, rank,
-                                         K=k, BD=bd, BI=bi, ITERS=_iters(longest))
+                                         K=k, BD=bd, BI=bi, ITERS=_iters(longest), num_warps=WARPS)

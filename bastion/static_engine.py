@@ -211,7 +211,7 @@ class StaticEngine:
             _, anc = ancestor_matrix(parents, d_max)
             depths = torch.cat([depth.new_zeros(1), depth])
         else:  # the chain (DFlash) or the root alone (AR)
-            chain = self.draft_out[: n - 1].argmax(dim=-1)  # the drafter's greedy block
+            chain = row_argmax(self.draft_out[: n - 1])  # the drafter's greedy block
             tokens = torch.cat([self.root.view(1), chain]) if n > 1 else self.root.view(1)
             parents = self.arange[:n] - 1
             depths = self.arange[:n]
@@ -308,6 +308,20 @@ class StaticEngine:
             vocab = self.target.lm_head.weight.shape[0]
             self.logits = torch.zeros(self.n_max, vocab, dtype=self.dtype, device=self.device)
         return self.logits
+
+
+def row_argmax(x: torch.Tensor) -> torch.Tensor:
+    """``x.argmax(dim=-1)`` for [D, V] with a few rows and a long vocabulary, in two stages.
+
+    Compiled, a plain argmax over 15 rows of 151,936 logits runs as 15 programs (40 us on
+    an H200); split into chunks it spreads over the GPU.  The first maximum of the first
+    chunk holding the row's maximum is the row's first maximum, as ``argmax`` returns.
+    """
+    d, v = x.shape
+    chunks = math.gcd(v, 64)
+    best, where = x.view(d, chunks, v // chunks).max(dim=-1)  # [D, C] each chunk's first maximum
+    chunk = best.argmax(dim=-1, keepdim=True)  # [D, 1]
+    return (chunk * (v // chunks) + where.gather(1, chunk))[:, 0]
 
 
 def search_width(hint: int, policy: TreePolicy) -> int:

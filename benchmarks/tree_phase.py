@@ -194,6 +194,15 @@ def section_variants(rep, engine, prompt, nodes: int) -> None:
             if name == "triton" and not path_rank.use_triton(engine.device):
                 continue
             rep.add("variants", {"variant": f"rank_{name}_m{m}", "us": graph_us(lambda f=fn, mm=m: f(engine.logq, mm))})
+        if path_rank.use_triton(engine.device):  # program size: lanes and warps per program
+            from bastion import path_rank_kernels as kern
+
+            default = kern.LANES, kern.WARPS
+            for lanes, warps in ((512, 4), (1024, 4), (2048, 8), (4096, 8)):
+                kern.LANES, kern.WARPS = lanes, warps
+                rep.add("variants", {"variant": f"rank_triton_m{m}_lanes{lanes}_warps{warps}",
+                                     "us": graph_us(lambda mm=m: path_rank._rank_triton(engine.logq, mm))})
+            kern.LANES, kern.WARPS = default
         if path_rank.use_triton(engine.device):  # same paths, bit for bit, also with many exact ties
             tied = torch.sort(torch.randint(-40, 0, engine.logq.shape, device=engine.device).float() / 4,
                               dim=-1, descending=True).values

@@ -288,3 +288,16 @@ def test_tree_phase_benchmark_runs_on_the_cpu(tmp_path):
     assert {(r["method"], r["nodes"]) for r in data["overhead"]} >= {("bastion", 32), ("dflash", 16)}
     assert all(r["overhead_ms"] > 0 for r in data["overhead"])
 
+
+
+def test_row_argmax_is_the_first_maximum():
+    from bastion.static_engine import row_argmax
+
+    gen = torch.Generator().manual_seed(0)
+    for v in (151936, 260, 97):  # 64 chunks, 4 chunks, one chunk (prime)
+        x = torch.randn(5, v, generator=gen)
+        assert torch.equal(row_argmax(x), x.argmax(dim=-1))
+    ties = torch.zeros(3, 256)
+    ties[0, [7, 200]] = 1.0  # equal maxima in different chunks: the first
+    ties[1, [5, 6]] = 2.0  # in one chunk: the first
+    assert row_argmax(ties).tolist() == [7, 5, 0] == ties.argmax(dim=-1).tolist()
