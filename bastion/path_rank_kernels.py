@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-LANES = 2048  # (candidate, column) pairs per program
+LANES = 512  # (candidate, column) pairs per program (H200 sweep: 512 beat 1024-4096, docs/performance.md)
 WARPS = 4  # warps per program
 
 
