@@ -59,6 +59,7 @@ class StaticEngine:
         self.target, self.drafter = target, drafter
         self.device, self.dtype = target.device, target.dtype
         self.kv_block = kv_block
+        self.spin_read = False  # see read_back
         self.block = drafter.block_size if drafter is not None else 1
         self.n_max = max(int(n_max), self.block)
         self.runner = GraphRunner(self.device, enabled=graphs)
@@ -92,6 +93,7 @@ class StaticEngine:
         self.readback = torch.zeros(b + 2, **long)  # [accepted count, node count, path tokens.., bonus]
         # its host copy: page-locked, so the step's one read is a direct DMA, not a staged copy
         self.readback_host = torch.zeros(b + 2, dtype=torch.long, pin_memory=dev.type == "cuda")
+        self.read_event = torch.cuda.Event() if dev.type == "cuda" else None
         n = self.n_max
         self.tree_tokens = torch.zeros(n, **long)
         self.tree_parents = torch.zeros(n, **long)
@@ -273,11 +275,21 @@ class StaticEngine:
         self.length.add_(count + 1)
 
     def read_back(self) -> list[int]:
-        """The readback vector on the host: waits for every step function launched so far."""
+        """The readback vector on the host: waits for every step function launched so far.
+
+        With ``spin_read`` the host polls an event instead of blocking in the stream
+        synchronisation, so it notices the copy's end sooner (the GPU is idle from then
+        until the host launches the next graph) at the price of a busy core while it waits.
+        """
         if self.device.type != "cuda":
             return self.readback.tolist()
         self.readback_host.copy_(self.readback, non_blocking=True)
-        torch.cuda.current_stream(self.device).synchronize()
+        if self.spin_read:
+            self.read_event.record()
+            while not self.read_event.query():
+                pass
+        else:
+            torch.cuda.current_stream(self.device).synchronize()
         return self.readback_host.tolist()
 
     @torch.no_grad()

@@ -266,6 +266,24 @@ def section_attention(rep, engine, contexts, sizes=(1, 16, 64, 128, 256, 512, 10
             rep.add("attention", row)
 
 
+def section_readwait(rep, engine, prompts, nodes: int) -> None:
+    """Event-timed overhead of ``nodes``-node steps, the host blocking in the sync or polling, alternately."""
+    import statistics
+
+    for rnd in range(2):
+        for spin in (False, True):
+            engine.spin_read = spin
+            for ctx, prompt in prompts.items():
+                dec = StaticDecoder(engine, "bastion", TreePolicy(budget=nodes))
+                dec.generate(prompt, 6)  # captures
+                steps = dec.generate(prompt, 19, collect_stats="events" if engine.device.type == "cuda" else True).steps[2:]
+                rep.add("readwait", {"round": rnd, "spin": spin, "context": ctx, "nodes": nodes,
+                                     "overhead_ms_events": round(1e3 * statistics.median(s.t_other for s in steps), 3),
+                                     "t_tree_ms_events": round(1e3 * statistics.median(s.t_tree for s in steps), 3),
+                                     "step_ms_events": round(1e3 * statistics.median(s.t_other + s.t_draft + s.t_verify for s in steps), 3)})
+    engine.spin_read = False
+
+
 def section_trace(rep, engine, prompt, nodes: int, out: Path) -> None:
     """Chrome trace (host and GPU) of a few BASTION steps: where the GPU waits for the host."""
     import gzip
@@ -312,6 +330,8 @@ def main(argv=None) -> int:
                 section_phases(rep, engine, prompts[min(contexts)], args.nodes)
             elif sec == "variants":
                 section_variants(rep, engine, prompts[min(contexts)], args.nodes)
+            elif sec == "readwait":
+                section_readwait(rep, engine, prompts, args.nodes)
             elif sec == "trace":
                 section_trace(rep, engine, prompts[max(contexts)], args.nodes, out)
             elif sec == "attention":
