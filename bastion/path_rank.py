@@ -33,14 +33,20 @@ def layout(d_max: int, k: int, m: int, device: torch.device) -> tuple[torch.Tens
     """Depth and within-depth index of every kept path, in kept order; fixed by (D, K, m), so cached."""
     key = (d_max, k, m, str(device))
     if key not in _LAYOUT:
-        sizes, width = [], 1
-        for _ in range(d_max):
-            width = min(m, width * k)
-            sizes.append(width)
+        sizes = _kept(d_max, k, m)
         depth = torch.cat([torch.full((w,), d + 1, dtype=torch.long) for d, w in enumerate(sizes)])
         local = torch.cat([torch.arange(w) for w in sizes])
         _LAYOUT[key] = (depth.to(device), local.to(device))
     return _LAYOUT[key]
+
+
+def _kept(d_max: int, k: int, m: int) -> list[int]:
+    """Paths kept at each depth: min(m, k ** depth)."""
+    sizes, width = [], 1
+    for _ in range(d_max):
+        width = min(m, width * k)
+        sizes.append(width)
+    return sizes
 
 
 _CANDIDATES: dict[tuple[int, int, int, str], torch.Tensor] = {}
@@ -140,10 +146,7 @@ def _lists(d_max: int, k: int, m: int, device: torch.device) -> tuple[torch.Tens
     """Start and length [D] (int32) of each depth's kept list in the depth-major layout, and the longest."""
     key = (d_max, k, m, str(device))
     if key not in _LISTS:
-        sizes, width = [], 1
-        for _ in range(d_max):
-            width = min(m, width * k)
-            sizes.append(width)
+        sizes = _kept(d_max, k, m)
         starts = [sum(sizes[:d]) for d in range(d_max)]
         as_t = lambda x: torch.tensor(x, dtype=torch.int32).to(device)  # noqa: E731
         _LISTS[key] = (as_t(starts), as_t(sizes), max(sizes))

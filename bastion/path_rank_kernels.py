@@ -87,7 +87,7 @@ def _final_kernel(v_ptr, f_ptr, depth_ptr, local_ptr, off_ptr, len_ptr, n, m, D,
     off = tl.load(off_ptr + lists, mask=live, other=0)
     size = tl.load(len_ptr + lists, mask=live, other=0)
     length = tl.zeros([BI, BD], dtype=tl.int32) + size[None, :]
-    # ties: an earlier list's entries all come first, a later list's none (positions < 0)
+    # on a tie, all of an earlier list's entries come first and none of a later list's
     tie = tl.where(lists[None, :] < a[:, None], size[None, :], 0)
     count = _prefix_before(v_ptr + off[None, :], 0.0, v[:, None], length, tie, ITERS)
     count = tl.where(lists[None, :] == a[:, None], r[:, None], count)  # its own list: the entries above it

@@ -78,6 +78,7 @@ class StaticDecoder:
     ) -> GenerationResult:
         eng, method, policy = self.engine, self.method, self.policy
         device = eng.device
+        clock, marks = _clock(collect_stats, device)  # checks the argument before any work
         ids = prompt_tensor(prompt_ids, max_new_tokens, device)
         prompt_len = ids.shape[1]
         check_fits(self.target, prompt_len, max_new_tokens, eng.block)
@@ -114,7 +115,6 @@ class StaticDecoder:
         pending: StepStats | None = None  # the verified step whose tokens are not read yet
         c = prompt_len  # committed length, as the host last read it
         hint = 2 * policy.n_min
-        clock, marks = _clock(collect_stats, device, sync)
         fixed = self.overheads.fixed if self.overheads is not None else 0.0
         first_step = True
         while not done:
@@ -170,7 +170,7 @@ class StaticDecoder:
         return GenerationResult(output[:max_new_tokens], prompt_len, t1 - t0, t2 - t1 - setup, stop_reason, steps)
 
 
-def _clock(collect_stats: bool | str, device: torch.device, sync) -> tuple:
+def _clock(collect_stats: bool | str, device: torch.device) -> tuple:
     """(clock, marks): ``clock()`` stamps a phase boundary; ``marks`` collects each step's stamps."""
     if collect_stats == "events":
         if device.type != "cuda":
@@ -185,6 +185,7 @@ def _clock(collect_stats: bool | str, device: torch.device, sync) -> tuple:
     if collect_stats not in (True, False):
         raise ValueError(f"collect_stats must be True, False or 'events', not {collect_stats!r}")
     if collect_stats:
+        sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
         return (lambda: (sync(), time.perf_counter())[1]), []
     return (lambda: 0.0), _Discard()
 

@@ -270,6 +270,7 @@ def section_readwait(rep, engine, prompts, nodes: int) -> None:
     """Event-timed overhead of ``nodes``-node steps, the host blocking in the sync or polling, alternately."""
     import statistics
 
+    saved = engine.spin_read
     for rnd in range(2):
         for spin in (False, True):
             engine.spin_read = spin
@@ -281,7 +282,7 @@ def section_readwait(rep, engine, prompts, nodes: int) -> None:
                                      "overhead_ms_events": round(1e3 * statistics.median(s.t_other for s in steps), 3),
                                      "t_tree_ms_events": round(1e3 * statistics.median(s.t_tree for s in steps), 3),
                                      "step_ms_events": round(1e3 * statistics.median(s.t_other + s.t_draft + s.t_verify for s in steps), 3)})
-    engine.spin_read = False
+    engine.spin_read = saved
 
 
 def section_trace(rep, engine, prompt, nodes: int, out: Path) -> None:

@@ -301,3 +301,24 @@ def test_row_argmax_is_the_first_maximum():
     ties[0, [7, 200]] = 1.0  # equal maxima in different chunks: the first
     ties[1, [5, 6]] = 2.0  # in one chunk: the first
     assert row_argmax(ties).tolist() == [7, 5, 0] == ties.argmax(dim=-1).tolist()
+
+
+def test_event_timing_is_refused_off_cuda_with_the_fix():
+    model = tiny_target(seed=2)
+    target = Target(model)
+    dec = StaticDecoder(StaticEngine(target, None, 32, 8), "ar")
+    with pytest.raises(ValueError, match=r"collect_stats='events' needs a CUDA device, not cpu; use collect_stats=True"):
+        dec.generate([1, 2, 3], 4, collect_stats="events")
+    with pytest.raises(ValueError, match=r"collect_stats must be True, False or 'events', not 'sync'"):
+        dec.generate([1, 2, 3], 4, collect_stats="sync")
+    timed = dec.generate([1, 2, 3], 6, collect_stats=True)
+    assert all(s.t_verify > 0 and s.t_commit > 0 for s in timed.steps)  # synchronised stamps still fill in
+    assert all(s.t_verify == 0 for s in dec.generate([1, 2, 3], 6).steps)  # untimed: nothing measured
+
+
+def test_ar_on_an_engine_without_a_drafter():
+    model = tiny_target(seed=4)
+    target = Target(model)
+    prompt = [5, 9, 2, 7]
+    static = StaticDecoder(StaticEngine(target, None, 32, 8), "ar").generate(prompt, 12)
+    assert static.output_ids == Decoder(target, "ar").generate(prompt, 12).output_ids
