@@ -164,14 +164,17 @@ class StaticDecoder:
             marks.append((pending, (ta, tb, tc, td, te, tf)))
         sync()
         t2 = time.perf_counter()
-        for stats, stamps in marks:  # every event has completed after the final sync
+        for stats, stamps in marks if collect_stats else ():  # every event has completed after the final sync
             stats.t_draft, stats.t_tree, stats.t_verify, stats.t_accept, stats.t_commit = _intervals(stamps)
         setup = run.capture_seconds - capture0  # graph captures are one-off work, not decoding
         return GenerationResult(output[:max_new_tokens], prompt_len, t1 - t0, t2 - t1 - setup, stop_reason, steps)
 
 
 def _clock(collect_stats: bool | str, device: torch.device) -> tuple:
-    """(clock, marks): ``clock()`` stamps a phase boundary; ``marks`` collects each step's stamps."""
+    """(clock, marks): ``clock()`` stamps a phase boundary; ``marks`` collects each step's stamps.
+
+    Untimed, the stamps are zeros and are never turned into times.
+    """
     if collect_stats == "events":
         if device.type != "cuda":
             raise ValueError(f"collect_stats='events' needs a CUDA device, not {device}; use collect_stats=True")
@@ -187,14 +190,7 @@ def _clock(collect_stats: bool | str, device: torch.device) -> tuple:
     if collect_stats:
         sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
         return (lambda: (sync(), time.perf_counter())[1]), []
-    return (lambda: 0.0), _Discard()
-
-
-class _Discard(list):
-    """Marks of an untimed decode: nothing is kept."""
-
-    def append(self, item) -> None:
-        pass
+    return (lambda: 0.0), []
 
 
 def _intervals(stamps: tuple) -> list[float]:

@@ -95,20 +95,14 @@ def section_curve(rep, target, engines, prompts, sizes, repeats):
             rep.add("curve", row)
 
 
-def replay_us(graph, iters: int, restore=()) -> float:
-    """GPU microseconds per replay of an already captured CUDA graph (``restore``: state to reset)."""
-    saved = [t.clone() for t in restore]
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    for t, s in zip(restore, saved):
-        t.copy_(s)
-    return round(1e3 * start.elapsed_time(end) / iters, 1)
+def event_medians(dec, prompt, steps: int) -> dict:
+    """Median event-timed phases (ms) of an otherwise untimed decode of ``steps`` steps (first two dropped)."""
+    timed = dec.generate(prompt, steps + 3, collect_stats="events").steps[2:]
+    row = {ph + "_ms_events": _ms(statistics.median(getattr(s, ph) for s in timed))
+           for ph in ("t_draft", "t_tree", "t_verify", "t_accept", "t_commit")}
+    row["overhead_ms_events"] = _ms(statistics.median(s.t_other for s in timed))
+    row["step_ms_events"] = _ms(statistics.median(s.t_other + s.t_draft + s.t_verify for s in timed))
+    return row
 
 
 def section_overhead(rep, engines, prompts, steps):
@@ -134,11 +128,7 @@ def section_overhead(rep, engines, prompts, steps):
             untimed = dec.generate(prompt, steps + 3)
             row["step_ms_no_sync"] = _ms(_per_step(untimed))
             if engine.runner.enabled:
-                events = dec.generate(prompt, steps + 3, collect_stats="events").steps[2:]
-                for ph in phases:
-                    row[ph + "_ms_events"] = _ms(statistics.median(getattr(s, ph) for s in events))
-                row["overhead_ms_events"] = _ms(statistics.median(s.t_other for s in events))
-                row["step_ms_events"] = _ms(statistics.median(s.t_other + s.t_draft + s.t_verify for s in events))
+                row.update(event_medians(dec, prompt, steps))
             rep.add("overhead", row)
 
 

@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from shapes import random_pair  # noqa: E402
-from static_engine import Report, replay_us, section_ar, section_overhead  # noqa: E402
+from static_engine import Report, event_medians, section_ar, section_overhead  # noqa: E402
 
 from bastion.calibrate import measure_peaks  # noqa: E402
 from bastion.static_attention import grouped_attention  # noqa: E402
@@ -90,6 +90,22 @@ def graph_us(fn, iters: int = 50, restore=()) -> float:
     for t, s in zip(restore, saved):
         t.copy_(s)
     return us
+
+
+def replay_us(graph, iters: int, restore=()) -> float:
+    """GPU microseconds per replay of an already captured CUDA graph (``restore``: state to reset)."""
+    saved = [t.clone() for t in restore]
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    for t, s in zip(restore, saved):
+        t.copy_(s)
+    return round(1e3 * start.elapsed_time(end) / iters, 1)
 
 
 def kernels(fn) -> list[dict]:
@@ -267,9 +283,9 @@ def section_attention(rep, engine, contexts, sizes=(1, 16, 64, 128, 256, 512, 10
 
 
 def section_readwait(rep, engine, prompts, nodes: int) -> None:
-    """Event-timed overhead of ``nodes``-node steps, the host blocking in the sync or polling, alternately."""
-    import statistics
-
+    """Event-timed overhead of ``nodes``-node steps (GPU), the host blocking in the sync or polling, alternately."""
+    if not engine.runner.enabled:
+        return
     saved = engine.spin_read
     for rnd in range(2):
         for spin in (False, True):
@@ -277,11 +293,8 @@ def section_readwait(rep, engine, prompts, nodes: int) -> None:
             for ctx, prompt in prompts.items():
                 dec = StaticDecoder(engine, "bastion", TreePolicy(budget=nodes))
                 dec.generate(prompt, 6)  # captures
-                steps = dec.generate(prompt, 19, collect_stats="events" if engine.device.type == "cuda" else True).steps[2:]
                 rep.add("readwait", {"round": rnd, "spin": spin, "context": ctx, "nodes": nodes,
-                                     "overhead_ms_events": round(1e3 * statistics.median(s.t_other for s in steps), 3),
-                                     "t_tree_ms_events": round(1e3 * statistics.median(s.t_tree for s in steps), 3),
-                                     "step_ms_events": round(1e3 * statistics.median(s.t_other + s.t_draft + s.t_verify for s in steps), 3)})
+                                     **event_medians(dec, prompt, 16)})
     engine.spin_read = saved
 
 
