@@ -20,12 +20,16 @@ from typing import Any, Sequence
 
 import torch
 
-from . import datasets, fingerprint, hardware, models, records
-from .calibrate import Calibration, CalibrationError, Grid, calibrate, calibration_path, check_writable, profile_overheads
-from .decoding import METHODS
-from .engines import ENGINES, Engine
-from .prompts import PromptBuilder
-from .tree import TreePolicy
+from bastion.data import registry as datasets
+from bastion.calibration import fingerprint
+from bastion.calibration import hardware
+from bastion.models import registry as models
+from bastion.results import records
+from bastion.calibration.calibrate import Calibration, CalibrationError, Grid, calibrate, calibration_path, check_writable, profile_overheads
+from bastion.engines.eager import METHODS
+from bastion.engines.factory import ENGINES, Engine
+from bastion.data.prompts import PromptBuilder
+from bastion.speculative.tree import TreePolicy
 
 
 class UsageError(ValueError):

@@ -34,13 +34,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from shapes import random_pair  # noqa: E402
 
-from bastion.calibrate import Grid, _eager_step, _median_time, fit_probe, measure_peaks, probe_grid, profile_overheads  # noqa: E402
-from bastion.cost_model import ModelShape  # noqa: E402
-from bastion.decoding import Decoder  # noqa: E402
-from bastion.static_decoding import StaticDecoder  # noqa: E402
-from bastion.static_engine import StaticEngine  # noqa: E402
-from bastion.target import Target  # noqa: E402
-from bastion.tree import TreePolicy  # noqa: E402
+from bastion.calibration.calibrate import Grid, _eager_step, _median_time, fit_probe, measure_peaks, probe_grid, profile_overheads  # noqa: E402
+from bastion.costmodel.model import ModelShape  # noqa: E402
+from bastion.engines.eager import Decoder  # noqa: E402
+from bastion.engines.static_decoder import StaticDecoder  # noqa: E402
+from bastion.engines.static_engine import StaticEngine  # noqa: E402
+from bastion.models.target import Target  # noqa: E402
+from bastion.speculative.tree import TreePolicy  # noqa: E402
 
 REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference" / "dflash_readme_results.csv"
 

@@ -21,9 +21,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from shapes import random_pair  # noqa: E402
 
-from bastion.decoding import Decoder  # noqa: E402
-from bastion.target import Target  # noqa: E402
-from bastion.tree import TreePolicy  # noqa: E402
+from bastion.engines.eager import Decoder  # noqa: E402
+from bastion.models.target import Target  # noqa: E402
+from bastion.speculative.tree import TreePolicy  # noqa: E402
 
 PHASES = ("t_draft", "t_tree", "t_verify", "t_accept", "t_commit")
 

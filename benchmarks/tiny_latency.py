@@ -10,10 +10,11 @@ import time
 
 import torch
 
-from bastion import datasets, models
-from bastion.decoding import Decoder
-from bastion.prompts import PromptBuilder
-from bastion.tree import TreePolicy
+from bastion.data import registry as datasets
+from bastion.models import registry as models
+from bastion.engines.eager import Decoder
+from bastion.data.prompts import PromptBuilder
+from bastion.speculative.tree import TreePolicy
 
 
 def main() -> None:

@@ -22,13 +22,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from shapes import random_pair  # noqa: E402
 from static_engine import Report, event_medians, section_ar, section_overhead  # noqa: E402
 
-from bastion.calibrate import measure_peaks  # noqa: E402
-from bastion.static_attention import grouped_attention  # noqa: E402
-from bastion.static_decoding import StaticDecoder  # noqa: E402
-from bastion.static_engine import StaticEngine  # noqa: E402
-from bastion.graphs import GraphRunner  # noqa: E402
-from bastion.target import Target  # noqa: E402
-from bastion.tree import TreePolicy  # noqa: E402
+from bastion.calibration.calibrate import measure_peaks  # noqa: E402
+from bastion.engines.static_attention import grouped_attention  # noqa: E402
+from bastion.engines.static_decoder import StaticDecoder  # noqa: E402
+from bastion.engines.static_engine import StaticEngine  # noqa: E402
+from bastion.engines.graphs import GraphRunner  # noqa: E402
+from bastion.models.target import Target  # noqa: E402
+from bastion.speculative.tree import TreePolicy  # noqa: E402
 
 
 # Block size of the FlexAttention block mask (a multiple of the kernel's tiles).
@@ -161,8 +161,8 @@ def section_phases(rep, engine, prompt, nodes: int) -> None:
 
 def section_variants(rep, engine, prompt, nodes: int) -> None:
     """Alternative select / rank / build / commit implementations on the engine's own inputs."""
-    from bastion import path_rank
-    from bastion.tree import draft_topk
+    from bastion.speculative import path_rank
+    from bastion.speculative.tree import draft_topk
 
     StaticDecoder(engine, "bastion", TreePolicy(budget=nodes)).generate(prompt, 4)  # real draft, top-k table, paths
 
@@ -211,7 +211,7 @@ def section_variants(rep, engine, prompt, nodes: int) -> None:
                 continue
             rep.add("variants", {"variant": f"rank_{name}_m{m}", "us": graph_us(lambda f=fn, mm=m: f(engine.logq, mm))})
         if path_rank.use_triton(engine.device):  # program size: lanes and warps per program
-            from bastion import path_rank_kernels as kern
+            from bastion.speculative import path_rank_kernels as kern
 
             default = kern.LANES, kern.WARPS
             for lanes, warps in ((512, 4), (1024, 4), (2048, 8), (4096, 8)):

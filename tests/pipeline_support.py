@@ -59,7 +59,7 @@ def planned(work: Path, *args: str) -> dict[str, int]:
 
 def hardware_key(work: Path) -> str:
     """The key `hardware: auto` gives this machine, when it has results (other keys' may exist too)."""
-    from bastion.hardware import detect_key
+    from bastion.calibration.hardware import detect_key
 
     key = detect_key("cpu")
     if (work / "results" / key).is_dir():

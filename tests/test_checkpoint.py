@@ -13,8 +13,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from bastion.models import DrafterMismatchError, check_pair
-from bastion.target import Target
+from bastion.models.registry import DrafterMismatchError, check_pair
+from bastion.models.target import Target
 from builders import tiny_drafter, tiny_target
 from dflash import DFlashConfig, DFlashDraftModel, default_target_layer_ids
 from dflash.checkpoint import CheckpointError
@@ -266,7 +266,7 @@ def test_config_with_fewer_layers_than_weights_is_refused(tmp_path):
 def test_wrong_tensor_shape_raises_checkpoint_error(tmp_path):
     """A tensor whose shape disagrees with config.json is a malformed checkpoint, named as such.
 
-    (bastion.models.load_drafter turns anything but a CheckpointError into a
+    (bastion.models.registry.load_drafter turns anything but a CheckpointError into a
     ModelUnavailableError that advises HF_TOKEN / HF_HUB_OFFLINE, which is wrong here.)
     """
     weights = public_weights()
@@ -380,10 +380,10 @@ def _run_with_deadline(fn, deadline: float) -> tuple[bool, BaseException | None,
 
 def test_stalled_network_probe_is_fast(stalled_network):
     """Control: bastion's own loader probes with BASTION_HUB_TIMEOUT_S=2 and gives up quickly."""
-    from bastion.models import ModelUnavailableError, load_drafter
+    from bastion.models.registry import ModelUnavailableError, load_drafter
 
     done, exc, _ = _run_with_deadline(lambda: load_drafter("z-lab/Qwen3-8B-DFlash-b16", torch.float32, "cpu"), 15)
-    assert done, "bastion.models.load_drafter hangs although it probes with a timeout"
+    assert done, "bastion.models.registry.load_drafter hangs although it probes with a timeout"
     assert isinstance(exc, ModelUnavailableError)
     assert "HF_TOKEN" in str(exc) and "HF_HUB_OFFLINE" in str(exc)
 

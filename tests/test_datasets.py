@@ -1,4 +1,4 @@
-"""Tests for the dataset registry (bastion.datasets) and prompt formatters.
+"""Tests for the dataset registry (bastion.data.registry) and prompt formatters.
 
 Everything here runs offline: online sets are exercised through hand-written
 rows, prepared cache files, or monkeypatched downloads; the one test that talks
@@ -21,8 +21,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bastion import datasets as ds
-from bastion.dataset_formats import BOXED_SUFFIX, DatasetFormatError, read_raw_rows
+from bastion.data import registry as ds
+from bastion.data.formats import BOXED_SUFFIX, DatasetFormatError, read_raw_rows
 
 SUFFIX = "Please reason step by step, and put your final answer within \\boxed{}."
 
@@ -97,7 +97,7 @@ def test_is_offline_and_hf_source(tmp_path: Path) -> None:
 
 
 def test_import_is_lazy() -> None:
-    code = ("import sys, bastion.datasets; "
+    code = ("import sys, bastion.data.registry; "
             "print(any(m in sys.modules for m in ('datasets', 'huggingface_hub')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

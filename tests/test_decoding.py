@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bastion.cost_model import CostModel, CostParams, HardwarePeaks, ModelShape, StepOverheads
-from bastion.decoding import Decoder, PositionLimitError
-from bastion.target import Target
-from bastion.tree import TreePolicy
+from bastion.costmodel.model import CostModel, CostParams, HardwarePeaks, ModelShape, StepOverheads
+from bastion.engines.eager import Decoder, PositionLimitError
+from bastion.models.target import Target
+from bastion.speculative.tree import TreePolicy
 from builders import EOS_ID, tiny_drafter, tiny_target
 
 

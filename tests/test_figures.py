@@ -15,7 +15,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bastion import plots, plots_steps, tables
+from bastion.report import plots
+from bastion.report import plots_steps
+from bastion.report import tables
 
 TITLE = {"hardware": "hw-test", "experiment": "exp_small", "models": ["m1", "m2"]}
 FP = {f"fp_{k}": v for k, v in [("device_name", "CPU"), ("driver", "none"), ("cuda", "none"), ("torch", "2.0"),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 HOLDER = textwrap.dedent("""
     import os, sys, time
-    from bastion import gpu_slots
+    from bastion.pipeline import gpu_slots
     slot = gpu_slots.acquire(devices=["0", "1"], lock_dir=sys.argv[1], timeout_s=float(sys.argv[2]), poll_s=0.05)
     print(slot.index, os.environ["CUDA_VISIBLE_DEVICES"], flush=True)
     time.sleep(float(sys.argv[3]))
@@ -70,7 +70,7 @@ def test_waiting_job_gets_the_slot_when_it_frees(tmp_path):
 
 
 def test_no_slots_on_cpu_or_under_slurm(tmp_path, monkeypatch):
-    from bastion import gpu_slots
+    from bastion.pipeline import gpu_slots
 
     monkeypatch.setenv("SLURM_JOB_ID", "42")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")

@@ -17,8 +17,8 @@ import textwrap
 import pytest
 import torch
 
-from bastion.path_rank import _rank_torch, candidates, layout, top_paths
-from bastion.tree import draft_topk
+from bastion.speculative.path_rank import _rank_torch, candidates, layout, top_paths
+from bastion.speculative.tree import draft_topk
 
 
 def _sorted_rows(values: torch.Tensor) -> torch.Tensor:
@@ -80,7 +80,7 @@ def test_dispatch_uses_the_reference_off_cuda():
 
 def test_failing_kernels_fall_back_to_the_reference_once(monkeypatch):
     """A GPU that Triton cannot serve: one warning, then the reference's (identical) paths."""
-    from bastion import path_rank
+    from bastion.speculative import path_rank
 
     calls = []
 
@@ -112,7 +112,7 @@ def test_draft_topk_equals_log_softmax_topk():
 
 KERNEL_CHECK = textwrap.dedent("""
     import torch
-    from bastion.path_rank import _rank_torch, _rank_triton
+    from bastion.speculative.path_rank import _rank_torch, _rank_triton
     g = torch.Generator().manual_seed(0)
     cases = []
     for d, k, m in [(15, 128, 63), (3, 128, 300), (4, 8, 31), (3, 5, 200), (6, 16, 100), (2, 3, 1)]:

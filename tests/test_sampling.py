@@ -16,9 +16,9 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from bastion.decoding import Decoder
-from bastion.target import Target
-from bastion.tree import TreePolicy
+from bastion.engines.eager import Decoder
+from bastion.models.target import Target
+from bastion.speculative.tree import TreePolicy
 from builders import tiny_drafter, tiny_target
 
 VOCAB, NEW = 6, 3

@@ -12,13 +12,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bastion.decoding import Decoder
-from bastion.engines import Engine, check_engine
-from bastion.static_cache import ContextTooLongError
-from bastion.static_decoding import StaticDecoder
-from bastion.static_engine import StaticEngine
-from bastion.target import Target
-from bastion.tree import TreePolicy
+from bastion.engines.eager import Decoder
+from bastion.engines.factory import Engine, check_engine
+from bastion.engines.static_cache import ContextTooLongError
+from bastion.engines.static_decoder import StaticDecoder
+from bastion.engines.static_engine import StaticEngine
+from bastion.models.target import Target
+from bastion.speculative.tree import TreePolicy
 from builders import EOS_ID, tiny_drafter, tiny_target
 from test_decoding import POLICIES, OracleDecoder, _ar, _cost_model
 
@@ -190,7 +190,7 @@ def test_limits_are_refused_with_the_fix():
 
 
 def test_engine_factory_and_static_calibration_probe():
-    from bastion.calibrate import Grid, probe_grid
+    from bastion.calibration.calibrate import Grid, probe_grid
 
     model = tiny_target(seed=2)
     target = Target(model)
@@ -227,7 +227,7 @@ def test_calibration_probe_builds_no_autograd_graph(name):
 def test_grouped_attention_equals_repeated_heads():
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    from bastion.static_attention import grouped_tree_attention
+    from bastion.engines.static_attention import grouped_tree_attention
 
     class Module:  # what the attention interface reads from the calling layer
         num_key_value_groups, is_causal, training = 4, True, False
@@ -291,7 +291,7 @@ def test_tree_phase_benchmark_runs_on_the_cpu(tmp_path):
 
 
 def test_row_argmax_is_the_first_maximum():
-    from bastion.static_engine import row_argmax
+    from bastion.engines.static_engine import row_argmax
 
     gen = torch.Generator().manual_seed(0)
     for v in (151936, 260, 97):  # 64 chunks, 4 chunks, one chunk (prime)

@@ -22,7 +22,7 @@ for K in 2 1; do
   W=/tmp/run$K; rm -rf $W; mkdir -p $W
   (cd "$SRC" && tar --exclude=./.whl --exclude=./.carry --exclude=./.git -cf - .) | tar -xf - -C $W
   cd $W
-  HW=$(python3 -c "from bastion.hardware import detect_key; print(detect_key())")
+  HW=$(python3 -c "from bastion.calibration.hardware import detect_key; print(detect_key())")
   T=""; for d in humaneval-pkg stdlib-heldout; do for m in ar dflash bastion; do T="$T results/$HW/tiny/$d/t0/$m.jsonl"; done; done
   t0=$(date +%s.%N)
   LIM=$([ $K = 1 ] && echo 330 || echo 220)

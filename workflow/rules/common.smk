@@ -14,7 +14,7 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
-import bastion.datasets as bds
+import bastion.data.registry as bds
 
 REPO = Path(workflow.basedir).resolve()
 # Jobs (local, conda or cluster) import the libraries from this checkout.
@@ -64,7 +64,7 @@ EXPERIMENT = config["experiment"]
 def _detect_hardware():
     if config["hardware"] != "auto":
         return config["hardware"]
-    from bastion.hardware import detect_key
+    from bastion.calibration.hardware import detect_key
 
     # a GPU experiment planned on a machine without one (a login node) keys by this machine
     return detect_key()
@@ -79,7 +79,7 @@ def _software_fingerprint():
     """The compared fingerprint fields of this stack; a change reruns calibration and decoding."""
     import torch
 
-    from bastion import fingerprint
+    from bastion.calibration import fingerprint
 
     want_cuda = EXP.get("device", "auto") != "cpu" and torch.cuda.is_available()
     device = torch.device("cuda" if want_cuda else "cpu")

@@ -4,9 +4,10 @@ import json
 
 import torch
 
-from bastion import benchmark, hardware
-from bastion.gpu_slots import pinned
-from bastion.joblog import job_log
+from bastion import benchmark
+from bastion.calibration import hardware
+from bastion.pipeline.gpu_slots import pinned
+from bastion.pipeline.joblog import job_log
 
 k = snakemake.params.knobs
 with job_log(snakemake.log[0]), pinned(k["device"]):

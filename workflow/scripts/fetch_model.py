@@ -2,8 +2,8 @@
 
 import json
 
-from bastion import models
-from bastion.joblog import job_log
+from bastion.models import registry as models
+from bastion.pipeline.joblog import job_log
 
 with job_log(snakemake.log[0]):
     spec = snakemake.params.spec

@@ -1,7 +1,7 @@
 """The main table (speedup and tau per dataset) in its csv, md, tex and pdf twins."""
 
-from bastion import tables
-from bastion.joblog import job_log
+from bastion.report import tables
+from bastion.pipeline.joblog import job_log
 
 with job_log(snakemake.log[0]):
     out = snakemake.output

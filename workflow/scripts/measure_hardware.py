@@ -2,9 +2,9 @@
 
 import json
 
-from bastion import stages
-from bastion.gpu_slots import pinned
-from bastion.joblog import job_log
+from bastion.calibration import stages
+from bastion.pipeline.gpu_slots import pinned
+from bastion.pipeline.joblog import job_log
 
 p = snakemake.params
 with job_log(snakemake.log[0]), pinned(p.device):

@@ -1,8 +1,8 @@
 """Measure the step overheads (T_draft, T_other) and write the calibration file."""
 
-from bastion import stages
-from bastion.gpu_slots import pinned
-from bastion.joblog import job_log
+from bastion.calibration import stages
+from bastion.pipeline.gpu_slots import pinned
+from bastion.pipeline.joblog import job_log
 
 p = snakemake.params
 with job_log(snakemake.log[0]), pinned(p.device):

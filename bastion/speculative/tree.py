@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .path_rank import top_paths
+from bastion.speculative.path_rank import top_paths
 
 
 @dataclass

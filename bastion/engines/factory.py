@@ -2,8 +2,8 @@
 
 All engines run the same methods with the same lossless semantics.  ``eager`` drives the
 Transformers layers step by step with growing caches; ``static`` preallocates every
-buffer and replays CUDA graphs (:mod:`bastion.static_engine`); ``compiled`` is ``static``
-with the target's layers fused by ``torch.compile`` (:mod:`bastion.static_layers`; on a
+buffer and replays CUDA graphs (:mod:`bastion.engines.static_engine`); ``compiled`` is ``static``
+with the target's layers fused by ``torch.compile`` (:mod:`bastion.engines.static_layers`; on a
 CPU it runs the same functions uncompiled).  Calibration must use the
 engine that decodes, so everything that makes a decoder or probes verification latency
 goes through one :class:`Engine` object.
@@ -15,10 +15,10 @@ from typing import Any
 
 from dflash import DFlashDraftModel
 
-from .cost_model import CostModel, StepOverheads
-from .decoding import Decoder
-from .target import Target
-from .tree import TreePolicy
+from bastion.costmodel.model import CostModel, StepOverheads
+from bastion.engines.eager import Decoder
+from bastion.models.target import Target
+from bastion.speculative.tree import TreePolicy
 
 ENGINES = ("eager", "static", "compiled")
 
@@ -47,7 +47,7 @@ class Engine:
     def static(self):
         """The shared :class:`StaticEngine` (static engine only)."""
         if self._static is None:
-            from .static_engine import StaticEngine
+            from bastion.engines.static_engine import StaticEngine
 
             self._static = StaticEngine(self.target, self.drafter, self.max_context, self.n_max, graphs=self.graphs,
                                         fused=self.name == "compiled")
@@ -57,7 +57,7 @@ class Engine:
                 overheads: StepOverheads | None = None) -> Any:
         if self.name == "eager":
             return Decoder(self.target, method, self.drafter, policy, cost_model, overheads)
-        from .static_decoding import StaticDecoder
+        from bastion.engines.static_decoder import StaticDecoder
 
         return StaticDecoder(self.static, method, policy, cost_model, overheads)
 

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from .records import read_records
+from bastion.results.records import read_records
 
 FP_FIELDS = ("device_name", "driver", "cuda", "torch", "transformers", "dtype", "attn_impl", "engine", "bastion",
              "cuda_visible_devices", "host")

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from . import fingerprint
+from bastion.calibration import fingerprint
 
 
 class HardwareMismatchError(RuntimeError):

@@ -9,7 +9,7 @@ projection, residual, norm, gated MLP) compile once for every layer and every tr
 (dynamic shapes); Inductor fuses the element-wise work around the matrix multiplies.
 The q/k/v and the gate/up projections are each stacked into one matrix (one multiply
 instead of three or two).  The K/V write stays outside, on the engine's buffers; attention
-is a third compiled function (:func:`bastion.static_attention.grouped_attention`).
+is a third compiled function (:func:`bastion.engines.static_attention.grouped_attention`).
 
 The arithmetic is the Transformers layers' (same operations, same fp32 upcasts); fused
 kernels may still round differently in bf16, which is why this path is an option of the
@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .static_attention import grouped_attention
+from bastion.engines.static_attention import grouped_attention
 
 # Query rows per K/V head up to which the compiled engine's attention runs as two batched
 # multiplies with one fused softmax between them.  The fused SDPA kernel does not split a
@@ -126,7 +126,7 @@ class FusedLayers:
 
     @torch.no_grad()  # as Target.forward: a calibration probe outside a decoder must not build autograd graphs
     def forward(self, ids, positions, mask, cache, features: bool):
-        """Same contract as :meth:`bastion.target.Target.forward` for a masked (tree) forward."""
+        """Same contract as :meth:`bastion.models.target.Target.forward` for a masked (tree) forward."""
         t = self.target
         x = t.embed(ids)
         cos, sin = t.inner.rotary_emb(x, positions)

@@ -1,4 +1,4 @@
-"""Triton kernels for :mod:`bastion.path_rank` (imported only where Triton is installed).
+"""Triton kernels for :mod:`bastion.speculative.path_rank` (imported only where Triton is installed).
 
 Rank by counting, with the counts found by binary search.  A candidate's place in a
 stable descending sort is the number of candidates that sort before it: a larger value,
@@ -7,7 +7,7 @@ or an equal value earlier in the list.  The candidates are not an arbitrary list
 - In a round, candidate (i, j) is parent i's path extended by token rank j, worth
   ``prev[i] + q[j]`` with both vectors sorted descending.  Column j' of the pruned pair
   grid holds rows 0..R(j')-1 (R = min(rows, take // (j' + 1)), see
-  :func:`bastion.path_rank.candidates`), and down a column the values never increase.
+  :func:`bastion.speculative.path_rank.candidates`), and down a column the values never increase.
   So the candidates of column j' that come before a given one are a prefix of it, found
   by a binary search: about 128 columns x 9 steps per candidate, where comparing it with
   every other candidate took about 3,500 steps.

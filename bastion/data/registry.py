@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from dflash import hub
-from bastion.dataset_formats import (
+from bastion.data.formats import (
     FORMATTERS,
     DatasetFormatError,
     read_jsonl,

@@ -1,6 +1,6 @@
 """Per-step and calibration figures: acceptance lengths, tree budgets, the cost-model fit.
 
-The conventions every figure follows are in :mod:`bastion.plot_style`.
+The conventions every figure follows are in :mod:`bastion.report.plot_style`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .plot_style import (
+from bastion.report.plot_style import (
     COLORS,
     EXTRA_COLORS,
     MAX_SCATTER,
@@ -24,7 +24,7 @@ from .plot_style import (
     pyplot,
     require,
 )
-from .tables import (
+from bastion.report.tables import (
     combo_label,
     combos,
     method_label,

@@ -18,8 +18,8 @@ from dflash import DFlashDraftModel
 from dflash.checkpoint import CheckpointError
 
 from dflash import hub
-from .cost_model import SUPPORTED_FAMILIES
-from .target import Target, UnsupportedModelError
+from bastion.costmodel.model import SUPPORTED_FAMILIES
+from bastion.models.target import Target, UnsupportedModelError
 
 THINKING_ERROR = (
     "DFlash draft models for Qwen3-4B and Qwen3-8B were not trained with thinking traces. "

@@ -4,7 +4,7 @@ Every dataset the benchmark consumes is reduced to records of the form
 ``{"turns": [str, ...], ...extra keys}``: one string per user turn. Keeping the
 formatters here, as pure ``row -> turns`` functions, lets the exact prompt
 strings of the paper be unit-tested without any network access, and keeps the
-registry in :mod:`bastion.datasets` free of string-munging details.
+registry in :mod:`bastion.data.registry` free of string-munging details.
 
 Nothing in this module performs I/O at import time.
 """

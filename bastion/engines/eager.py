@@ -2,7 +2,7 @@
 
 Every step verifies a tree whose root is the last committed token: AR verifies the root
 alone, DFlash the drafter's greedy block as a chain, BASTION a budget-aware tree.  One
-target forward, the acceptance walk of :mod:`bastion.accept`, then the commit: accepted
+target forward, the acceptance walk of :mod:`bastion.speculative.accept`, then the commit: accepted
 nodes keep their KV entries (moved to contiguous positions) and their hidden states
 become the drafter's new context features.  Emitted tokens are cut at the first stop
 token and at ``max_new_tokens`` exactly as AR decoding would, so at temperature 0 all
@@ -19,10 +19,10 @@ import torch
 
 from dflash import DFlashDraftModel
 
-from .accept import accept, propose
-from .cost_model import CostModel, StepOverheads
-from .target import Target
-from .tree import Tree, TreePolicy, build_tree_topk, chain_tree, draft_topk, root_tree, topk_width
+from bastion.speculative.accept import accept, propose
+from bastion.costmodel.model import CostModel, StepOverheads
+from bastion.models.target import Target
+from bastion.speculative.tree import Tree, TreePolicy, build_tree_topk, chain_tree, draft_topk, root_tree, topk_width
 
 METHODS = ("ar", "dflash", "bastion")
 

@@ -17,11 +17,13 @@ from typing import Any
 
 import torch
 
-from . import fingerprint, hardware, models
-from .calibrate import Calibration, Grid, fit_probe, measure_peaks, probe_grid, profile_overheads, write_json_atomic
-from .cost_model import HardwarePeaks, ModelShape
-from .engines import Engine
-from .tree import TreePolicy
+from bastion.calibration import fingerprint
+from bastion.calibration import hardware
+from bastion.models import registry as models
+from bastion.calibration.calibrate import Calibration, Grid, fit_probe, measure_peaks, probe_grid, profile_overheads, write_json_atomic
+from bastion.costmodel.model import HardwarePeaks, ModelShape
+from bastion.engines.factory import Engine
+from bastion.speculative.tree import TreePolicy
 
 
 def read_json(path: str | Path) -> dict[str, Any]:
@@ -77,7 +79,7 @@ def calibrate_latency(out: str, model_json: str, hardware_json: str, grid_name: 
 def profile_constants(out: str, model_name: str, model_json: str, latency_json: str, device: str, dtype: str, attn_impl: str,
                       engine: str, n_min: int, seed: int = 0) -> Calibration:
     """Measure T_draft and T_other and write the complete calibration file."""
-    from .cost_model import CostModel
+    from bastion.costmodel.model import CostModel
 
     lat = read_json(latency_json)
     dev, dt, fp_now, paths, target = _load_target(lat["fingerprint"], latency_json, model_json, device, dtype,

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .cost_model import SUPPORTED_FAMILIES
-from .kv_cache import CompactingCache
+from bastion.costmodel.model import SUPPORTED_FAMILIES
+from bastion.models.kv_cache import CompactingCache
 
 
 class UnsupportedModelError(ValueError):

@@ -60,7 +60,7 @@ def collect(device: torch.device | str, dtype: torch.dtype, attn_impl: str, engi
     """The fingerprint of this process on ``device``."""
     import transformers
 
-    from . import __version__
+    from bastion import __version__
 
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:

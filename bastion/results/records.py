@@ -18,7 +18,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from .decoding import GenerationResult
+from bastion.engines.eager import GenerationResult
 
 METHOD_LABELS = {"ar": "AR baseline", "dflash": "DFlash", "bastion": "BASTION"}
 

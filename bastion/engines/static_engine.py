@@ -16,7 +16,7 @@ vector.  A step is six functions, each captured per shape key by :class:`GraphRu
 
 None of them reads a device value on the host, so a step has one host synchronisation:
 the decoder's read of the readback vector (the previous step's tokens and this step's
-node count).  The semantics are those of :mod:`bastion.decoding` exactly; the functions
+node count).  The semantics are those of :mod:`bastion.engines.eager` exactly; the functions
 reuse its tree, acceptance and cost-curve code.
 """
 
@@ -29,14 +29,14 @@ import torch
 
 from dflash import DFlashDraftModel
 
-from . import static_attention
-from .accept import accept
-from .graphs import GraphRunner
-from .static_cache import ContextTooLongError, StaticContextKV, StaticKVCache
-from .static_layers import FusedLayers
-from .target import Target
-from .path_rank import top_paths
-from .tree import Tree, TreePolicy, _count_nodes, ancestor_matrix, draft_topk
+from bastion.engines import static_attention
+from bastion.speculative.accept import accept
+from bastion.engines.graphs import GraphRunner
+from bastion.engines.static_cache import ContextTooLongError, StaticContextKV, StaticKVCache
+from bastion.engines.static_layers import FusedLayers
+from bastion.models.target import Target
+from bastion.speculative.path_rank import top_paths
+from bastion.speculative.tree import Tree, TreePolicy, _count_nodes, ancestor_matrix, draft_topk
 
 
 def _round_up(x: int, k: int) -> int:

@@ -1,6 +1,6 @@
 """The speedup figures: per-dataset bars, the budget ablation, the hardware comparison.
 
-The conventions every figure follows are in :mod:`bastion.plot_style`.
+The conventions every figure follows are in :mod:`bastion.report.plot_style`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .plot_style import (
+from bastion.report.plot_style import (
     COLORS,
     EXTRA_COLORS,
     SPEEDUP_LABEL,
@@ -20,7 +20,7 @@ from .plot_style import (
     panel_figure,
     require,
 )
-from .tables import (
+from bastion.report.tables import (
     AVERAGE,
     combo_label,
     combos,

@@ -6,7 +6,7 @@ Columns are, for each (model, temperature) and each non-AR method, the speedup o
 (``6.61x``) and the acceptance length tau (``3.59``); AR itself is the 1.00x baseline and
 has no column.  A cell without results shows an en dash.
 
-The helpers shared with :mod:`bastion.plots` (reading cells, dataset names and order,
+The helpers shared with :mod:`bastion.report.plots` (reading cells, dataset names and order,
 method labels, titles) live here too.
 """
 
@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from .datasets import LONGBENCH_SUBSETS, OFFLINE_DATASETS, SHORT_DATASETS
+from bastion.data.registry import LONGBENCH_SUBSETS, OFFLINE_DATASETS, SHORT_DATASETS
 
 MISSING = "\u2013"  # en dash
 AVERAGE = "Average"

@@ -20,9 +20,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from . import fingerprint as fp
-from .cost_model import CostModel, HardwarePeaks, ModelShape, StepOverheads, ape, fit_cost_model
-from .target import Target
+from bastion.calibration import fingerprint as fp
+from bastion.costmodel.model import CostModel, HardwarePeaks, ModelShape, StepOverheads, ape, fit_cost_model
+from bastion.models.target import Target
 
 FORMAT_VERSION = 1
 
@@ -131,7 +131,7 @@ def probe_grid(
 
     Eager: each context length is prefilled once; every tree-size measurement verifies
     ``s`` tokens under a chain mask and crops the cache back, exactly like a decode step.
-    With ``static`` (a :class:`~bastion.static_engine.StaticEngine`) every point replays
+    With ``static`` (a :class:`~bastion.engines.static_engine.StaticEngine`) every point replays
     that engine's own verification graph for (s, attention window).
     """
     device = target.device

@@ -1,6 +1,6 @@
 """The decoding loop of the static engine: same methods, same outputs, one host sync a step.
 
-The eager :class:`bastion.decoding.Decoder` reads each step's accepted tokens before the
+The eager :class:`bastion.engines.eager.Decoder` reads each step's accepted tokens before the
 next step starts.  Here the host reads them one step later, in the same transfer as the
 next tree's node count, which the host must know anyway to pick the verification graph.
 A step is therefore: draft, rank (both on device state the host has not read), read the
@@ -24,12 +24,12 @@ from typing import Iterable, Sequence
 
 import torch
 
-from .accept import propose
-from .cost_model import CostModel, StepOverheads
-from .decoding import GenerationResult, StepStats, check_fits, check_method, emit, prompt_tensor
-from .static_engine import StaticEngine, search_width
-from .path_rank import layout
-from .tree import TreePolicy, bucket_size, topk_width
+from bastion.speculative.accept import propose
+from bastion.costmodel.model import CostModel, StepOverheads
+from bastion.engines.eager import GenerationResult, StepStats, check_fits, check_method, emit, prompt_tensor
+from bastion.engines.static_engine import StaticEngine, search_width
+from bastion.speculative.path_rank import layout
+from bastion.speculative.tree import TreePolicy, bucket_size, topk_width
 
 
 class StaticDecoder:
@@ -203,7 +203,7 @@ def _intervals(stamps: tuple) -> list[float]:
 def _rank(eng: StaticEngine, m: int, policy: TreePolicy, cost_model, fixed: float) -> int:
     """Rank ``m`` paths through a graph keyed by ``m``; return how many paths exist.
 
-    The count is a shape (the ranked-path layout of :func:`bastion.path_rank.top_paths`), so the host knows it
+    The count is a shape (the ranked-path layout of :func:`bastion.speculative.path_rank.top_paths`), so the host knows it
     without reading the device.
     """
     got = min(m, layout(eng.block - 1, eng.topk, m, eng.device)[0].shape[0])

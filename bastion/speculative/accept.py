@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from .tree import Tree
+from bastion.speculative.tree import Tree
 
 
 def propose(logits: torch.Tensor, temperature: float, generator: torch.Generator | None = None) -> torch.Tensor:

@@ -11,7 +11,7 @@ give the same paths bit for bit:
 - :func:`_rank_torch`: ``torch.sort`` per round (any device; the CPU reference).
 - :func:`_rank_triton` (CUDA with Triton): each round gives every candidate its place by
   counting, with binary searches, the candidates that sort before it, and writes the
-  kept ones to their places: one launch per round (see :mod:`bastion.path_rank_kernels`).
+  kept ones to their places: one launch per round (see :mod:`bastion.speculative.path_rank_kernels`).
   PyTorch's top-k makes several one-block passes over a few thousand numbers per round;
   fifteen dependent rounds of it cost 0.82 ms of a 512-node step on an H200.
 
@@ -117,7 +117,7 @@ def _rank_torch(logq: torch.Tensor, m: int) -> tuple[torch.Tensor, ...]:
 
 
 def _rank_triton(logq: torch.Tensor, m: int) -> tuple[torch.Tensor, ...]:
-    from . import path_rank_kernels as kern
+    from bastion.speculative import path_rank_kernels as kern
 
     d_max, k = logq.shape
     logq = logq.contiguous()

@@ -1,0 +1,1 @@
+"""Aggregation, tables and figures from decode records (torch-free)."""

@@ -1,0 +1,1 @@
+"""One decode run: the dataclass both the CLI and the pipeline build and execute."""
