@@ -15,7 +15,7 @@ times in FILE and the DFlash README's acceptance lengths (a projection, not a me
 
 Random weights: acceptance is about one token per step, so 8B numbers are per-step costs.
 
-    python benchmarks/static_engine.py --out results_dir
+    python -m benchmarks.static_engine --out results_dir
 """
 
 from __future__ import annotations
@@ -31,16 +31,15 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from shapes import random_pair  # noqa: E402
+from benchmarks.shapes import random_pair
 
-from bastion.calibration.calibrate import Grid, _eager_step, _median_time, fit_probe, measure_peaks, probe_grid, profile_overheads  # noqa: E402
-from bastion.costmodel.model import ModelShape  # noqa: E402
-from bastion.engines.eager import Decoder  # noqa: E402
-from bastion.engines.static_decoder import StaticDecoder  # noqa: E402
-from bastion.engines.static_engine import StaticEngine  # noqa: E402
-from bastion.models.target import Target  # noqa: E402
-from bastion.speculative.tree import TreePolicy  # noqa: E402
+from bastion.calibration.calibrate import Grid, _eager_step, _median_time, fit_probe, measure_peaks, probe_grid, profile_overheads
+from bastion.costmodel.model import ModelShape
+from bastion.engines.eager import Decoder
+from bastion.engines.static_decoder import StaticDecoder
+from bastion.engines.static_engine import StaticEngine
+from bastion.models.target import Target
+from bastion.speculative.tree import TreePolicy
 
 REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference" / "dflash_readme_results.csv"
 

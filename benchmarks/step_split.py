@@ -3,7 +3,7 @@
 Random weights: acceptance is ~1 token per step, so these are per-step costs, not
 speedups.  Every phase is timed with a device synchronisation on both sides.
 
-    python benchmarks/step_split.py --shape qwen3-8b --device cuda --contexts 512,4096 \\
+    python -m benchmarks.step_split --shape qwen3-8b --device cuda --contexts 512,4096 \\
         --sizes 32,64,128,256,512,1024 --json step_split.json
 """
 
@@ -18,12 +18,11 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from shapes import random_pair  # noqa: E402
+from benchmarks.shapes import random_pair
 
-from bastion.engines.eager import Decoder  # noqa: E402
-from bastion.models.target import Target  # noqa: E402
-from bastion.speculative.tree import TreePolicy  # noqa: E402
+from bastion.engines.eager import Decoder
+from bastion.models.target import Target
+from bastion.speculative.tree import TreePolicy
 
 PHASES = ("t_draft", "t_tree", "t_verify", "t_accept", "t_commit")
 

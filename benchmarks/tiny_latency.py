@@ -1,6 +1,6 @@
 """Load the bundled tiny pair and generate 128 tokens with each method, timing both.
 
-    python benchmarks/tiny_latency.py [--device cpu] [--tokens 128]
+    python -m benchmarks.tiny_latency [--device cpu] [--tokens 128]
 """
 
 from __future__ import annotations

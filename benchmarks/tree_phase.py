@@ -6,7 +6,7 @@ no host synchronisation in between; a kernel table from ``torch.profiler`` shows
 phase is made of.  Optional variants (``--variants``) time alternative implementations of
 the tree phase on the same inputs, for choosing between them.
 
-    PYTHONPATH=$PWD python benchmarks/tree_phase.py --out tp
+    PYTHONPATH=$PWD python -m benchmarks.tree_phase --out tp
 """
 
 from __future__ import annotations
@@ -18,17 +18,16 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from shapes import random_pair  # noqa: E402
-from static_engine import Report, event_medians, section_ar, section_overhead  # noqa: E402
+from benchmarks.shapes import random_pair
+from benchmarks.static_engine import Report, event_medians, section_ar, section_overhead
 
-from bastion.calibration.calibrate import measure_peaks  # noqa: E402
-from bastion.engines.static_attention import grouped_attention  # noqa: E402
-from bastion.engines.static_decoder import StaticDecoder  # noqa: E402
-from bastion.engines.static_engine import StaticEngine  # noqa: E402
-from bastion.engines.graphs import GraphRunner  # noqa: E402
-from bastion.models.target import Target  # noqa: E402
-from bastion.speculative.tree import TreePolicy  # noqa: E402
+from bastion.calibration.calibrate import measure_peaks
+from bastion.engines.static_attention import grouped_attention
+from bastion.engines.static_decoder import StaticDecoder
+from bastion.engines.static_engine import StaticEngine
+from bastion.engines.graphs import GraphRunner
+from bastion.models.target import Target
+from bastion.speculative.tree import TreePolicy
 
 
 # Block size of the FlexAttention block mask (a multiple of the kernel's tiles).

@@ -2,9 +2,9 @@
 
 Runs a toy workflow through ``snakemake --profile profiles/slurm`` (executor
 plugin -> sbatch -> slurmd -> job step -> srun -> snakemake inside the job);
-tests/test_slurm.py runs the real pipeline the same way.
+tests/workflow/test_slurm.py runs the real pipeline the same way.
 
-The cluster comes from tests/slurm_cluster.py: an already running one, or a
+The cluster comes from tests/support/slurm_cluster.py: an already running one, or a
 single-node cluster started (and stopped) with .ci/slurm/start.sh / stop.sh.
 A reused cluster must offer GPUs of GRES type "fake" (start.sh does).
 Skipped only when slurmctld is not installed (.ci/slurm/install.sh).
@@ -21,10 +21,7 @@ from pathlib import Path
 
 import pytest
 
-try:
-    from slurm_cluster import REPO, slurm_fixture, slurm_installed
-except ImportError:  # tests/ imported as a package
-    from tests.slurm_cluster import REPO, slurm_fixture, slurm_installed
+from tests.support.slurm_cluster import REPO, slurm_fixture, slurm_installed
 
 pytestmark = [
     pytest.mark.slurm,

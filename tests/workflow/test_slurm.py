@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_support import copy_checkout, env, hardware_key, smk
-from slurm_cluster import slurm_fixture
+from tests.support.pipeline_support import copy_checkout, env, hardware_key, smk
+from tests.support.slurm_cluster import slurm_fixture
 
 pytestmark = pytest.mark.slurm
 slurm = slurm_fixture(scope="module")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PROFILE = REPO / "profiles" / "slurm"
 # poll every second instead of the plugin's default 40 s first wait; keep job logs
 FAST = ["--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "1",

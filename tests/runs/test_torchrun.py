@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from builders import save_pair
+from tests.support.builders import save_pair
 
 
 def _free_port() -> int:
@@ -28,7 +28,7 @@ def test_two_process_gloo_run(tmp_path):
            "--master_port", str(_free_port()), "-m", "bastion.benchmark",
            "--model", str(target), "--draft-model", str(drafter), "--dataset", str(data), "--max-new-tokens", "10",
            "--device", "cpu", "--cache-dir", str(cache), "--calib-grid", "tiny", "--n-min", "4", "--output", str(out)]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).parents[1]))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).parents[2]))
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     recs = [json.loads(line) for line in out.read_text().splitlines()]

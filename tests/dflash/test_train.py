@@ -22,7 +22,7 @@ from dflash import train_data as td
 from dflash import train_setup as ts
 from dflash.model import DFlashDraftModel
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TOOLS = REPO / "tools" / "tiny_pair"
 VOCAB = 128
 MASK_ID = 1

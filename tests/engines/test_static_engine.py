@@ -19,8 +19,8 @@ from bastion.engines.static_decoder import StaticDecoder
 from bastion.engines.static_engine import StaticEngine
 from bastion.models.target import Target
 from bastion.speculative.tree import TreePolicy
-from builders import EOS_ID, tiny_drafter, tiny_target
-from test_decoding import POLICIES, OracleDecoder, _ar, _cost_model
+from tests.support.builders import EOS_ID, tiny_drafter, tiny_target
+from tests.support.decoding import POLICIES, OracleDecoder, _ar, _cost_model
 
 
 class OracleEngine(StaticEngine):
@@ -247,14 +247,10 @@ def test_grouped_attention_equals_repeated_heads():
 
 def test_gpu_benchmark_script_runs_on_the_cpu(tmp_path):
     """The H200 measurement script, on a small random shape: its tables fill and engines agree."""
-    import importlib.util
     import json
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "static_engine.py"
-    spec = importlib.util.spec_from_file_location("static_engine_benchmark", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    from benchmarks import static_engine as bench
+
     assert bench.main(["--shape", "small", "--contexts", "48", "--sizes", "1,8", "--sections", "ar,curve,equiv",
                        "--engines", "static,compiled", "--tokens", "6", "--repeats", "1", "--device", "cpu",
                        "--out", str(tmp_path)]) == 0
@@ -266,21 +262,12 @@ def test_gpu_benchmark_script_runs_on_the_cpu(tmp_path):
 
 def test_tree_phase_benchmark_runs_on_the_cpu(tmp_path):
     """The tree-phase script (GPU graph replays there) fills its tables on a small CPU shape."""
-    import importlib.util
     import json
-    import sys
-    from pathlib import Path
 
-    folder = Path(__file__).resolve().parents[1] / "benchmarks"
-    sys.path.insert(0, str(folder))
-    try:
-        spec = importlib.util.spec_from_file_location("tree_phase_benchmark", folder / "tree_phase.py")
-        bench = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(bench)
-        assert bench.main(["--shape", "small", "--contexts", "48", "--nodes", "32", "--sections", "variants,overhead",
-                           "--out", str(tmp_path)]) == 0
-    finally:
-        sys.path.remove(str(folder))
+    from benchmarks import tree_phase as bench
+
+    assert bench.main(["--shape", "small", "--contexts", "48", "--nodes", "32", "--sections", "variants,overhead",
+                       "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "static_engine.json").read_text())
     assert "errors" not in data
     names = {r["variant"] for r in data["variants"]}

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from bastion import benchmark
-from builders import save_pair
+from tests.support.builders import save_pair
 
 PROMPTS = [
     {"turns": ["def add(a, b):\n    return"]},

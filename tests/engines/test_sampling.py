@@ -19,7 +19,7 @@ from scipy.stats import chisquare
 from bastion.engines.eager import Decoder
 from bastion.models.target import Target
 from bastion.speculative.tree import TreePolicy
-from builders import tiny_drafter, tiny_target
+from tests.support.builders import tiny_drafter, tiny_target
 
 VOCAB, NEW = 6, 3
 PROMPT = [0, 3, 1, 4, 2]

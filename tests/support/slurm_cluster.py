@@ -16,7 +16,7 @@ tails when the node does not come up).
 
 ``slurm_fixture(scope=...)`` turns it into a pytest fixture::
 
-    from slurm_cluster import slurm_fixture
+    from tests.support.slurm_cluster import slurm_fixture
     slurm = slurm_fixture(scope="module")
 
     def test_x(slurm):
@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Iterator, Optional
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CI_DIR = REPO / ".ci" / "slurm"
 START = CI_DIR / "start.sh"
 STOP = CI_DIR / "stop.sh"

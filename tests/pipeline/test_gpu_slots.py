@@ -20,7 +20,7 @@ HOLDER = textwrap.dedent("""
 
 
 def _start(lock_dir: Path, timeout: float, hold: float) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1]))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2]))
     env.pop("SLURM_JOB_ID", None)
     return subprocess.Popen([sys.executable, "-c", HOLDER, str(lock_dir), str(timeout), str(hold)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

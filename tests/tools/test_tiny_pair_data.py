@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TOOLS = REPO / "tools" / "tiny_pair"
 PROMPTS = REPO / "bastion" / "data" / "stdlib-heldout.jsonl"
 

@@ -1,0 +1,53 @@
+"""Decoding helpers shared by the engine tests: oracle drafts, a synthetic cost model, AR ids."""
+
+from __future__ import annotations
+
+import torch
+
+from bastion.costmodel.model import CostModel, CostParams, HardwarePeaks, ModelShape, StepOverheads
+from bastion.engines.eager import Decoder
+from bastion.models.target import Target
+from bastion.speculative.tree import TreePolicy
+
+
+class OracleDecoder(Decoder):
+    """Drafts from a known continuation: depth d gets the true token with probability ``hit``."""
+
+    def __init__(self, *a, reference: list[int], prompt_len: int, hit: float, seed: int, **kw):
+        super().__init__(*a, **kw)
+        self.reference, self.prompt_len, self.hit = reference, prompt_len, hit
+        self.rng = torch.Generator().manual_seed(seed)
+
+    def _draft(self, root, c, feats, feat_pos, dcache):
+        vocab = self.target.config.vocab_size
+        b = self.block_size
+        logits = torch.randn(b - 1, vocab, generator=self.rng)
+        offset = c - self.prompt_len + 1  # index in the reference of the token at position c + 1
+        for d in range(b - 1):
+            j = offset + d
+            if j < len(self.reference) and torch.rand((), generator=self.rng) < self.hit:
+                logits[d, self.reference[j]] += 8.0
+        return logits
+
+
+def _cost_model(target) -> tuple[CostModel, StepOverheads]:
+    """A synthetic but realistic cost model: flat, then rising with tree size."""
+    shape = ModelShape.from_config(target.config, 4)
+    peaks = HardwarePeaks(flops_per_s=2e9, bytes_per_s=5e9)
+    return CostModel(shape, peaks, CostParams(a_c=1.0, b_c=2e-3, a_m=1.0, b_m=2e-3)), StepOverheads(1e-3, 5e-4)
+
+
+def _ar(target: Target, prompt, n, stops=()):
+    return Decoder(target, "ar").generate(prompt, n, stop_token_ids=stops).output_ids
+
+
+POLICIES = [
+    TreePolicy(budget=1),  # tree = root only: AR through the tree path
+    TreePolicy(budget=2),
+    TreePolicy(budget=17),
+    TreePolicy(budget=200, topk=7),
+    TreePolicy(n_min=8, n_max=8),  # n_max equal to the bucket: always exactly 8
+    TreePolicy(n_min=4, n_max=13),  # n_max not a bucket edge
+    TreePolicy(n_min=16, n_max=512),
+    TreePolicy(n_min=3, n_max=64, bucket=False),
+]
