@@ -31,15 +31,16 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.shapes import random_pair
-
-from bastion.calibration.calibrate import Grid, _eager_step, _median_time, fit_probe, measure_peaks, probe_grid, profile_overheads
-from bastion.costmodel.model import ModelShape
-from bastion.engines.eager import Decoder
+from bastion.calibration.grid import Grid, fit_probe, probe_grid
+from bastion.calibration.overheads import profile_overheads
+from bastion.calibration.peaks import measure_peaks, median_time
+from bastion.costmodel.roofline import ModelShape
+from bastion.engines.eager import EagerDecoder, EagerProbe
 from bastion.engines.static_decoder import StaticDecoder
 from bastion.engines.static_engine import StaticEngine
 from bastion.models.target import Target
 from bastion.speculative.tree import TreePolicy
+from benchmarks.shapes import random_pair
 
 REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference" / "dflash_readme_results.csv"
 
@@ -68,7 +69,7 @@ def section_ar(rep, target, engines, prompts, peaks, tokens):
     weights = sum(p.numel() * p.element_size() for n, p in target.model.named_parameters() if "embed_tokens" not in n)
     for ctx, prompt in prompts.items():
         row = {"context": ctx, "weight_bytes": weights}
-        decoders = [("eager", Decoder(target, "ar"))] + [(k, StaticDecoder(e, "ar")) for k, e in engines.items()]
+        decoders = [("eager", EagerDecoder(target, "ar"))] + [(k, StaticDecoder(e, "ar")) for k, e in engines.items()]
         for name, dec in decoders:
             dec.generate(prompt, 8)  # warm: kernels, graphs for the first windows
             res = dec.generate(prompt, tokens)
@@ -85,12 +86,14 @@ def section_curve(rep, target, engines, prompts, sizes, repeats):
         ids = torch.tensor([prompt], device=device)
         target.forward(ids, torch.arange(ctx, device=device)[None], None, cache, features=False)
         gen = torch.Generator().manual_seed(ctx)
+        probe = EagerProbe(target)
+        probe.cache = cache  # the real prompt's cache, prefilled above
         for s in sizes:
             toks = torch.randint(0, target.config.vocab_size - 2, (1, s), generator=gen).to(device)
-            eager, _ = _median_time(_eager_step(target, cache, toks, ctx), device, 2, repeats)
+            eager, _ = median_time(probe.probe(toks[0], ctx), device, 2, repeats)
             row = {"context": ctx, "s": s, "eager_ms": _ms(eager)}
             for name, engine in engines.items():
-                row[f"{name}_ms"] = _ms(_median_time(engine.probe(toks[0], ctx), device, 2, repeats)[0])
+                row[f"{name}_ms"] = _ms(median_time(engine.probe(toks[0], ctx), device, 2, repeats)[0])
             rep.add("curve", row)
 
 
@@ -150,7 +153,7 @@ def section_profile(rep, engines, prompts, out):
 def section_calib(rep, target, engine, grid_name, out):
     t0 = time.perf_counter()
     grid = Grid.named(grid_name)
-    rows = probe_grid(target, grid, static=engine)
+    rows = probe_grid(engine, grid)
     shape = ModelShape.from_config(target.config, torch.finfo(target.dtype).bits // 8)
     cost, report = fit_probe(rows, shape, measure_peaks(target.device, target.dtype), grid.holdout_every)
     (out / "static_calibration_points.json").write_text(json.dumps(rows))
@@ -165,7 +168,7 @@ def section_equiv(rep, target, drafter, engines, prompts, tokens, cost):
 
     def eager_out(ctx, prompt, method, policy):
         if (ctx, method) not in memo:
-            memo[ctx, method] = Decoder(target, method, drafter, policy).generate(prompt, tokens).output_ids
+            memo[ctx, method] = EagerDecoder(target, method, drafter, policy).generate(prompt, tokens).output_ids
         return memo[ctx, method]
 
     for (name, engine), (ctx, prompt) in ((e, p) for e in engines.items() for p in prompts.items()):

@@ -18,11 +18,10 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.shapes import random_pair
-
-from bastion.engines.eager import Decoder
+from bastion.engines.eager import EagerDecoder
 from bastion.models.target import Target
 from bastion.speculative.tree import TreePolicy
+from benchmarks.shapes import random_pair
 
 PHASES = ("t_draft", "t_tree", "t_verify", "t_accept", "t_commit")
 
@@ -45,13 +44,13 @@ def main(argv=None) -> int:
           f"torch {torch.__version__}; built in {time.perf_counter() - t0:.1f}s", flush=True)
     gen = torch.Generator().manual_seed(0)
     warm = torch.randint(0, model.config.vocab_size - 2, (64,), generator=gen).tolist()
-    Decoder(target, "bastion", drafter, TreePolicy(budget=64)).generate(warm, 8)  # kernels, allocator
+    EagerDecoder(target, "bastion", drafter, TreePolicy(budget=64)).generate(warm, 8)  # kernels, allocator
     rows = []
     for ctx in (int(c) for c in args.contexts.split(",")):
         prompt = torch.randint(0, model.config.vocab_size - 2, (ctx,), generator=gen).tolist()
         cases = [("ar", None)] + [("bastion", int(n)) for n in args.sizes.split(",")]
         for method, n in cases:
-            dec = Decoder(target, method, drafter if method != "ar" else None, TreePolicy(budget=n) if n else None)
+            dec = EagerDecoder(target, method, drafter if method != "ar" else None, TreePolicy(budget=n) if n else None)
             res = dec.generate(prompt, args.steps + 5, collect_stats=True)
             steps = res.steps[4:]
             row = {"context": ctx, "method": method, "tree_size": n or 1, "steps": len(steps)}

@@ -11,9 +11,9 @@ import time
 import torch
 
 from bastion.data import registry as datasets
-from bastion.models import registry as models
-from bastion.engines.eager import Decoder
 from bastion.data.prompts import PromptBuilder
+from bastion.engines.eager import EagerDecoder
+from bastion.models import registry as models
 from bastion.speculative.tree import TreePolicy
 
 
@@ -32,7 +32,7 @@ def main() -> None:
     print(f"load: {load_s:.2f} s (prompt {len(prompt)} tokens, torch threads {torch.get_num_threads()})")
     outs = {}
     for method in ("ar", "dflash", "bastion"):
-        dec = Decoder(target, method, drafter if method != "ar" else None, TreePolicy(budget=args.budget))
+        dec = EagerDecoder(target, method, drafter if method != "ar" else None, TreePolicy(budget=args.budget))
         t0 = time.perf_counter()
         res = dec.generate(prompt, args.tokens, stop_token_ids=[tok.eos_token_id])
         dt = time.perf_counter() - t0

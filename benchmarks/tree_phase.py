@@ -18,17 +18,15 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.shapes import random_pair
-from benchmarks.static_engine import Report, event_medians, section_ar, section_overhead
-
-from bastion.calibration.calibrate import measure_peaks
+from bastion.calibration.peaks import measure_peaks
+from bastion.engines.graphs import GraphRunner
 from bastion.engines.static_attention import grouped_attention
 from bastion.engines.static_decoder import StaticDecoder
 from bastion.engines.static_engine import StaticEngine
-from bastion.engines.graphs import GraphRunner
 from bastion.models.target import Target
 from bastion.speculative.tree import TreePolicy
-
+from benchmarks.shapes import random_pair
+from benchmarks.static_engine import Report, event_medians, section_ar, section_overhead
 
 # Block size of the FlexAttention block mask (a multiple of the kernel's tiles).
 FLEX_BLOCK = 128
@@ -226,7 +224,7 @@ def section_variants(rep, engine, prompt, nodes: int) -> None:
             rep.add("variants", {"variant": f"rank_triton_equals_torch_m{m}", "drafted": same[0], "tied": same[1]})
     plain_build, plain_commit = StaticEngine.build, StaticEngine.commit
     rep.add("variants", {"variant": f"build_plain_{nodes}", "us": graph_us(lambda: plain_build(engine, "bastion", nodes))})
-    rep.add("variants", {"variant": f"build_engine_{nodes}", "us": graph_us(lambda: engine.build("bastion", nodes))})
+    rep.add("variants", {"variant": f"build_engine_{nodes}", "us": graph_us(lambda: engine.build(True, nodes))})
     st = engine.state()
     rep.add("variants", {"variant": f"commit_plain_{nodes}", "us": graph_us(lambda: plain_commit(engine, nodes, True), restore=st)})
     rep.add("variants", {"variant": f"commit_engine_{nodes}", "us": graph_us(lambda: engine.commit(nodes, True), restore=st)})

@@ -10,19 +10,22 @@ software stack of the stage before it.
 from __future__ import annotations
 
 import json
-import random
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from bastion.calibration import fingerprint
-from bastion.calibration import hardware
-from bastion.models import registry as models
-from bastion.calibration.calibrate import Calibration, Grid, fit_probe, measure_peaks, probe_grid, profile_overheads, write_json_atomic
-from bastion.costmodel.model import HardwarePeaks, ModelShape
+from bastion.calibration import fingerprint, hardware
+from bastion.calibration.calibrate import overhead_policy, probe_prompt
+from bastion.calibration.grid import Grid, fit_probe, probe_grid
+from bastion.calibration.overheads import profile_overheads
+from bastion.calibration.peaks import measure_peaks
+from bastion.calibration.store import Calibration, write_json_atomic
+from bastion.costmodel.model import CostModel
+from bastion.costmodel.roofline import HardwarePeaks, ModelShape
 from bastion.engines.factory import Engine
+from bastion.models import registry as models
 from bastion.speculative.tree import TreePolicy
 
 
@@ -68,7 +71,7 @@ def calibrate_latency(out: str, model_json: str, hardware_json: str, grid_name: 
     # the static engine's probe taps the drafter's layers, as its decode steps do
     drafter = models.load_drafter(paths["drafter"], dt, dev) if engine != "eager" else None
     probe_engine = Engine(engine, target, drafter, n_max=1)  # probe_grid sizes it to the grid
-    rows = probe_grid(target, grid, static=probe_engine.verify_probe())
+    rows = probe_grid(probe_engine.verify_probe(), grid)
     shape = ModelShape.from_config(target.config, torch.finfo(dt).bits // 8)
     cost, report = fit_probe(rows, shape, HardwarePeaks(**hw["peaks"]), grid.holdout_every)
     result = {"fingerprint": fp_now, "grid": asdict(grid), "points": rows, "cost_model": cost.to_dict(), "report": report}
@@ -79,16 +82,13 @@ def calibrate_latency(out: str, model_json: str, hardware_json: str, grid_name: 
 def profile_constants(out: str, model_name: str, model_json: str, latency_json: str, device: str, dtype: str, attn_impl: str,
                       engine: str, n_min: int, seed: int = 0) -> Calibration:
     """Measure T_draft and T_other and write the complete calibration file."""
-    from bastion.costmodel.model import CostModel
-
     lat = read_json(latency_json)
     dev, dt, fp_now, paths, target = _load_target(lat["fingerprint"], latency_json, model_json, device, dtype,
                                                   attn_impl, engine)
     drafter = models.load_drafter(paths["drafter"], dt, dev)
     models.check_pair(target, drafter, paths["target"], paths["drafter"])
-    rng = random.Random(seed)
-    probe = [rng.randrange(2, int(target.config.vocab_size)) for _ in range(128)]
-    policy = TreePolicy(n_min=n_min, budget=2 * n_min)
+    probe = probe_prompt(target.config.vocab_size, seed)
+    policy = overhead_policy(TreePolicy(n_min=n_min))
     eng = Engine(engine, target, drafter, n_max=policy.budget, max_context=len(probe) + 4 * n_min + 64)
     overheads = profile_overheads(lambda: eng.decoder("bastion", policy), probe)
     cal = Calibration(

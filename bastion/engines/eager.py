@@ -12,106 +12,28 @@ three methods return identical ids.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import torch
 
+from bastion.costmodel.model import CostModel, StepOverheads
+from bastion.engines.base import check_fits, check_method, emit, prompt_tensor, sync
+from bastion.models.target import Target
+from bastion.results.generation import GenerationResult, StepStats
+from bastion.speculative.accept import accept, emitted_tokens, propose
+from bastion.speculative.tree import (
+    Tree,
+    TreePolicy,
+    build_tree_topk,
+    chain_tree,
+    draft_topk,
+    topk_width,
+)
 from dflash import DFlashDraftModel
 
-from bastion.speculative.accept import accept, propose
-from bastion.costmodel.model import CostModel, StepOverheads
-from bastion.models.target import Target
-from bastion.speculative.tree import Tree, TreePolicy, build_tree_topk, chain_tree, draft_topk, root_tree, topk_width
 
-METHODS = ("ar", "dflash", "bastion")
-
-
-@dataclass
-class StepStats:
-    """One decoding step.  Times are seconds, measured only when statistics are requested."""
-
-    committed: int  # tokens emitted by this step (accepted drafts + the target's own token)
-    tree_size: int  # tokens in the verification forward, root included
-    context: int  # tokens in the target's cache before the step
-    t_draft: float = 0.0
-    t_tree: float = 0.0
-    t_verify: float = 0.0
-    t_accept: float = 0.0
-    t_commit: float = 0.0
-
-    @property
-    def t_other(self) -> float:
-        return self.t_tree + self.t_accept + self.t_commit
-
-
-@dataclass
-class GenerationResult:
-    output_ids: list[int]
-    num_prompt_tokens: int
-    prefill_seconds: float
-    decode_seconds: float
-    stop_reason: str  # "stop_token" | "max_new_tokens"
-    steps: list[StepStats] = field(default_factory=list)
-
-    @property
-    def acceptance_lengths(self) -> list[int]:
-        return [s.committed for s in self.steps]
-
-
-class PositionLimitError(ValueError):
-    """The prompt plus the requested tokens do not fit the model's positions."""
-
-
-def check_method(method: str, has_drafter: bool, policy: TreePolicy, cost_model, overheads) -> None:
-    """What every engine's decoder refuses before any work: unknown or under-equipped methods."""
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
-    if method != "ar" and not has_drafter:
-        raise ValueError(f"method {method!r} needs a drafter")
-    if method == "bastion" and policy.budget is None and (cost_model is None or overheads is None):
-        raise ValueError("adaptive BASTION needs a calibrated cost model and step overheads (or a fixed budget)")
-
-
-def check_fits(target: Target, prompt_len: int, max_new_tokens: int, block: int) -> None:
-    """The prompt, the requested tokens and one draft block must fit the target's positions."""
-    need = prompt_len + max_new_tokens + block
-    if need > target.max_positions:
-        raise PositionLimitError(
-            f"prompt of {prompt_len} tokens + max_new_tokens {max_new_tokens} + block {block} "
-            f"= {need} positions, but the target supports {target.max_positions} "
-            "(max_position_embeddings); shorten the prompt or lower --max-new-tokens"
-        )
-
-
-def prompt_tensor(prompt_ids: Sequence[int] | torch.Tensor, max_new_tokens: int, device: torch.device) -> torch.Tensor:
-    """The prompt as [1, P] on ``device``, after the request checks both decoders share."""
-    ids = torch.as_tensor(prompt_ids, dtype=torch.long, device=device).view(1, -1)
-    if ids.shape[1] == 0:
-        raise ValueError("empty prompt: at least one token is needed")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    return ids
-
-
-def emit(output: list[int], tokens: Sequence[int], stops: set[int], max_new_tokens: int) -> str | None:
-    """Append a step's tokens up to the first stop token or the length limit; return why it ended, if it did."""
-    for tok in tokens:
-        output.append(tok)
-        if tok in stops:
-            return "stop_token"
-        if len(output) >= max_new_tokens:
-            return "max_new_tokens"
-    return None
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-class Decoder:
-    """Decodes one prompt at batch size 1 with one of :data:`METHODS`."""
+class EagerDecoder:
+    """Decodes one prompt at batch size 1 on Transformers' layers with growing caches."""
 
     def __init__(
         self,
@@ -123,7 +45,7 @@ class Decoder:
         overheads: StepOverheads | None = None,
     ) -> None:
         self.policy = policy or TreePolicy()
-        check_method(method, drafter is not None, self.policy, cost_model, overheads)
+        self.spec = check_method(method, drafter is not None, self.policy, cost_model, overheads)
         self.target, self.method, self.drafter = target, method, drafter
         self.cost_model, self.overheads = cost_model, overheads
         if drafter is not None:
@@ -146,10 +68,8 @@ class Decoder:
         return self.target.logits(h[0, 1:])
 
     def _tree(self, root: torch.Tensor, draft_logits: torch.Tensor | None, c: int, temperature: float, hint: int) -> Tree:
-        if self.method == "ar":
-            return root_tree(root)
-        if self.method == "dflash":
-            return chain_tree(root, draft_logits.argmax(dim=-1))
+        if not self.spec.ranked:  # DFlash's greedy block as a chain; AR the root alone
+            return chain_tree(root, draft_logits.argmax(dim=-1) if self.spec.drafts else root.new_empty(0))
         # Draft probabilities at the sampling temperature (1 for greedy) feed the surrogate.
         logq, tok = draft_topk(draft_logits, temperature, topk_width(self.policy, draft_logits.shape[-1]))
         curve = fixed = None
@@ -174,11 +94,11 @@ class Decoder:
         prompt_len = ids.shape[1]
         self.check_fits(prompt_len, max_new_tokens)
         stops = set(int(t) for t in stop_token_ids)
-        use_draft = self.method != "ar"
+        use_draft = self.spec.drafts
         if max_new_tokens == 0:
             return GenerationResult([], prompt_len, 0.0, 0.0, "max_new_tokens")
 
-        _sync(device)
+        sync(device)
         t0 = time.perf_counter()
         cache = target.new_cache(capacity=prompt_len + max_new_tokens + self.block_size + 64)
         out = target.forward(ids, torch.arange(prompt_len, device=device)[None], None, cache, features=use_draft)
@@ -187,14 +107,14 @@ class Decoder:
         dcache = self.drafter.new_cache() if use_draft else None
         output = [int(first.item())]
         root = first[0]
-        _sync(device)
+        sync(device)
         t1 = time.perf_counter()
 
         steps: list[StepStats] = []
         stop_reason = "stop_token" if output[0] in stops else "max_new_tokens"
         done = output[0] in stops or len(output) >= max_new_tokens
         hint = 2 * self.policy.n_min
-        clock = (lambda: (_sync(device), time.perf_counter())[1]) if collect_stats else (lambda: 0.0)
+        clock = (lambda: (sync(device), time.perf_counter())[1]) if collect_stats else (lambda: 0.0)
         while not done:
             c = cache.length
             ta = clock()
@@ -214,8 +134,7 @@ class Decoder:
             width = min(n, self.block_size)
             last = order.gather(0, count.view(1))
             packed = torch.cat([count.view(1), tree.tokens[order[:width]], proposals[last]]).tolist()  # one sync
-            a = packed[0]
-            emitted = packed[2 : 2 + a] + [packed[-1]]
+            a, emitted = packed[0], emitted_tokens(packed)
             te = clock()
             keep = order[: a + 1]
             cache.keep(c, keep)
@@ -228,6 +147,43 @@ class Decoder:
             root = proposals[last[0]]
             tf = clock()
             steps.append(StepStats(len(emitted), n, c, tb - ta, tc - tb, td - tc, te - td, tf - te))
-        _sync(device)
+        sync(device)
         t2 = time.perf_counter()
         return GenerationResult(output, prompt_len, t1 - t0, t2 - t1, stop_reason, steps)
+
+
+class EagerProbe:
+    """The eager engine's verification step for the latency grid (:class:`~bastion.engines.base.VerifyProbe`).
+
+    Each context length is prefilled once with random tokens; every probe verifies ``s``
+    tokens under a chain mask and crops the cache back, exactly like a decode step.
+    """
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.cache = None
+
+    def reserve(self, tokens: int, nodes: int) -> None:
+        """Eager caches grow as needed: nothing to reserve."""
+
+    def at_context(self, c: int, room: int, generator: torch.Generator) -> None:
+        target, device = self.target, self.target.device
+        self.cache = target.new_cache(capacity=c + room)
+        ctx = torch.randint(0, int(target.config.vocab_size), (1, c), generator=generator).to(device)
+        target.forward(ctx, torch.arange(c, device=device)[None], None, self.cache, features=False)
+
+    def probe(self, tokens: torch.Tensor, c: int) -> Callable[[], None]:
+        """Verify ``tokens`` [s] as a chain after ``c`` cached tokens, then crop back."""
+        target, cache = self.target, self.cache
+        s, device = tokens.shape[0], tokens.device
+        ids = tokens.view(1, s)
+        pos = torch.arange(c, c + s, device=device)[None]
+        mask = torch.ones(1, 1, s, c + s, dtype=torch.bool, device=device)
+        mask[0, 0, :, c:] = torch.ones(s, s, dtype=torch.bool, device=device).tril_()
+
+        def step() -> None:
+            out = target.forward(ids, pos, mask, cache, features=False)
+            target.logits(out.hidden[0])
+            cache.crop(c)
+
+        return step

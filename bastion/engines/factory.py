@@ -1,9 +1,9 @@
-"""Choosing the engine that calibrates and decodes: ``eager`` or ``static``.
+"""Choosing the engine that calibrates and decodes: ``eager``, ``static`` or ``compiled``.
 
 All engines run the same methods with the same lossless semantics.  ``eager`` drives the
 Transformers layers step by step with growing caches; ``static`` preallocates every
 buffer and replays CUDA graphs (:mod:`bastion.engines.static_engine`); ``compiled`` is ``static``
-with the target's layers fused by ``torch.compile`` (:mod:`bastion.engines.static_layers`; on a
+with the target's layers fused by ``torch.compile`` (:mod:`bastion.engines.compiled`; on a
 CPU it runs the same functions uncompiled).  Calibration must use the
 engine that decodes, so everything that makes a decoder or probes verification latency
 goes through one :class:`Engine` object.
@@ -11,14 +11,12 @@ goes through one :class:`Engine` object.
 
 from __future__ import annotations
 
-from typing import Any
-
-from dflash import DFlashDraftModel
-
 from bastion.costmodel.model import CostModel, StepOverheads
-from bastion.engines.eager import Decoder
+from bastion.engines.base import Decoder, VerifyProbe
+from bastion.engines.eager import EagerDecoder, EagerProbe
 from bastion.models.target import Target
 from bastion.speculative.tree import TreePolicy
+from dflash import DFlashDraftModel
 
 ENGINES = ("eager", "static", "compiled")
 
@@ -54,13 +52,13 @@ class Engine:
         return self._static
 
     def decoder(self, method: str, policy: TreePolicy | None = None, cost_model: CostModel | None = None,
-                overheads: StepOverheads | None = None) -> Any:
+                overheads: StepOverheads | None = None) -> Decoder:
         if self.name == "eager":
-            return Decoder(self.target, method, self.drafter, policy, cost_model, overheads)
+            return EagerDecoder(self.target, method, self.drafter, policy, cost_model, overheads)
         from bastion.engines.static_decoder import StaticDecoder
 
         return StaticDecoder(self.static, method, policy, cost_model, overheads)
 
-    def verify_probe(self):
-        """What the latency grid calls: None for eager (it drives the target directly)."""
-        return None if self.name == "eager" else self.static
+    def verify_probe(self) -> VerifyProbe:
+        """The engine's own verification step, for the latency grid."""
+        return EagerProbe(self.target) if self.name == "eager" else self.static

@@ -24,12 +24,19 @@ from typing import Iterable, Sequence
 
 import torch
 
-from bastion.speculative.accept import propose
 from bastion.costmodel.model import CostModel, StepOverheads
-from bastion.engines.eager import GenerationResult, StepStats, check_fits, check_method, emit, prompt_tensor
-from bastion.engines.static_engine import StaticEngine, search_width
+from bastion.engines.base import check_fits, check_method, emit, prompt_tensor, sync
+from bastion.engines.static_engine import StaticEngine
+from bastion.results.generation import GenerationResult, StepStats
+from bastion.speculative.accept import emitted_tokens, propose
 from bastion.speculative.path_rank import layout
-from bastion.speculative.tree import TreePolicy, bucket_size, topk_width
+from bastion.speculative.tree import (
+    TreePolicy,
+    bucket_size,
+    search_width,
+    topk_width,
+    wider_search,
+)
 
 
 class StaticDecoder:
@@ -44,27 +51,17 @@ class StaticDecoder:
         overheads: StepOverheads | None = None,
     ) -> None:
         self.policy = policy or TreePolicy()
-        check_method(method, engine.drafter is not None, self.policy, cost_model, overheads)
+        self.spec = check_method(method, engine.drafter is not None, self.policy, cost_model, overheads)
         limit = self.policy.budget if self.policy.budget is not None else self.policy.n_max
-        if method == "bastion" and limit > engine.n_max:
+        if self.spec.ranked and limit > engine.n_max:
             raise ValueError(
                 f"the tree may grow to {limit} nodes but the static engine "
                 f"was built for n_max={engine.n_max}; build the engine with a larger n_max"
             )
         self.engine, self.method = engine, method
         self.cost_model, self.overheads = cost_model, overheads
-        self.block_size = engine.block if method != "ar" else 1
+        self.block_size = engine.block if self.spec.drafts else 1
         self.target = engine.target
-
-    def _tree_size(self, got: int) -> int | None:
-        """The node count when the host knows it without reading the device."""
-        if self.method == "ar":
-            return 1
-        if self.method == "dflash":
-            return self.engine.block
-        if self.policy.budget is not None:
-            return min(self.policy.budget, got + 1)
-        return None
 
     @torch.no_grad()
     def generate(
@@ -76,7 +73,7 @@ class StaticDecoder:
         generator: torch.Generator | None = None,
         collect_stats: bool | str = False,
     ) -> GenerationResult:
-        eng, method, policy = self.engine, self.method, self.policy
+        eng, spec, policy = self.engine, self.spec, self.policy
         device = eng.device
         clock, marks = _clock(collect_stats, device)  # checks the argument before any work
         ids = prompt_tensor(prompt_ids, max_new_tokens, device)
@@ -87,26 +84,25 @@ class StaticDecoder:
         # one step past the last commit may still draft and verify: leave it room
         eng.ensure_capacity(prompt_len + max_new_tokens + eng.block)
         stops = set(int(t) for t in stop_token_ids)
-        use_draft = method != "ar"
+        use_draft = spec.drafts
         greedy = temperature <= 0
         run = eng.runner
-        sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
         capture0 = run.capture_seconds
 
-        sync()
+        sync(device)
         t0 = time.perf_counter()
         last_hidden, feats = eng.prefill(ids, features=use_draft)
         first = propose(self.target.logits(last_hidden), temperature, generator)  # [1]
         eng.root.copy_(first[0])
         output = [int(first.item())]
-        if method == "bastion":
+        if spec.ranked:
             eng.set_topk(topk_width(policy, self.target.lm_head.weight.shape[0]))
         if not greedy:
             eng.logits_buffer()  # allocated before any graph that writes it is captured
         if use_draft:  # the first draft takes in the whole prompt's features: one-off shape, eager
             eng.pend_count.fill_(prompt_len)
             eng.draft(eng.window(prompt_len), feats)
-        sync()
+        sync(device)
         t1 = time.perf_counter()
 
         done = output[0] in stops or len(output) >= max_new_tokens
@@ -124,15 +120,14 @@ class StaticDecoder:
                 run(("draft", kv_d), lambda: eng.draft(kv_d, eng.pend))
             tb = clock()
             got = 0
-            if method == "bastion":
+            if spec.ranked:
                 run(("select", temperature, eng.topk), lambda: eng.select(temperature))
                 m = search_width(hint, policy) if policy.budget is None else max(policy.budget - 1, 1)
                 got = _rank(eng, m, policy, self.cost_model, fixed)
-            n = self._tree_size(got)
+            n = spec.known_size(eng.block, policy, got)
             back = eng.read_back()  # the step's one host synchronisation
             if pending is not None:  # the previous step's tokens
-                a = back[0]
-                emitted = back[2 : 2 + a] + [back[-1]]
+                a, emitted = back[0], emitted_tokens(back)
                 pending.committed = len(emitted)
                 steps.append(pending)
                 pending = None
@@ -143,15 +138,15 @@ class StaticDecoder:
                     break
             if n is None:  # adaptive: the rule's count; widen the search if it ran out of paths
                 n = back[1]
-                while n - 1 >= got and got == m and m < policy.n_max - 1:
-                    m = min(policy.n_max - 1, 4 * m)
+                while (wider := wider_search(m, got, n, policy)) is not None:
+                    m = wider
                     got = _rank(eng, m, policy, self.cost_model, fixed)
                     n = int(eng.readback[1])
                 n = bucket_size(n, policy)
                 hint = 2 * n
             first_step = False
             kv = eng.window(c + n)
-            run(("build", method, n, eng.topk), lambda: eng.build(method, n))
+            run(("build", spec.ranked, n, eng.topk), lambda: eng.build(spec.ranked, n))
             tc = clock()
             run(("verify", n, kv, greedy, use_draft), lambda: eng.verify(n, kv, greedy, use_draft))
             td = clock()
@@ -162,7 +157,7 @@ class StaticDecoder:
             tf = clock()
             pending = StepStats(0, n, c, 0.0, 0.0, 0.0, 0.0, 0.0)
             marks.append((pending, (ta, tb, tc, td, te, tf)))
-        sync()
+        sync(device)
         t2 = time.perf_counter()
         for stats, stamps in marks if collect_stats else ():  # every event has completed after the final sync
             stats.t_draft, stats.t_tree, stats.t_verify, stats.t_accept, stats.t_commit = _intervals(stamps)
@@ -188,8 +183,7 @@ def _clock(collect_stats: bool | str, device: torch.device) -> tuple:
     if collect_stats not in (True, False):
         raise ValueError(f"collect_stats must be True, False or 'events', not {collect_stats!r}")
     if collect_stats:
-        sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-        return (lambda: (sync(), time.perf_counter())[1]), []
+        return (lambda: (sync(device), time.perf_counter())[1]), []
     return (lambda: 0.0), []
 
 

@@ -22,21 +22,32 @@ reuse its tree, acceptance and cost-curve code.
 
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import torch
 
-from dflash import DFlashDraftModel
-
-from bastion.engines import static_attention
-from bastion.speculative.accept import accept
+from bastion.defaults import TOPK_LIMIT
+from bastion.engines import compiled, static_attention
 from bastion.engines.graphs import GraphRunner
-from bastion.engines.static_cache import ContextTooLongError, StaticContextKV, StaticKVCache
+from bastion.engines.kernels import row_argmax
+from bastion.engines.static_cache import (
+    ContextTooLongError,
+    StaticContextKV,
+    StaticKVCache,
+)
 from bastion.engines.static_layers import FusedLayers
 from bastion.models.target import Target
+from bastion.speculative.accept import accept
 from bastion.speculative.path_rank import top_paths
-from bastion.speculative.tree import Tree, TreePolicy, _count_nodes, ancestor_matrix, draft_topk
+from bastion.speculative.tree import (
+    Tree,
+    TreePolicy,
+    chain_tree,
+    count_nodes,
+    draft_topk,
+    paths_tree,
+)
+from dflash import DFlashDraftModel
 
 
 def _round_up(x: int, k: int) -> int:
@@ -67,14 +78,9 @@ class StaticEngine:
         self.runner = GraphRunner(self.device, enabled=graphs)
         # grouped-query tree attention without per-head K/V copies (sdpa targets only)
         self.attention = static_attention.register() if target.attn_impl == "sdpa" else None
-        # optional: the layers as two compiled functions (fewer, fused kernels; see static_layers)
-        self.fused = FusedLayers(target, compile=self.device.type == "cuda") if fused else None
-        if fused and self.device.type == "cuda":
-            # The tree phase's small element-wise kernels fuse too (path ranking stays on its
-            # own kernels, see path_rank): about 100 launches fewer per step.
-            self.select = torch.compile(self.select)
-            self.build = torch.compile(self.build, dynamic=True)
-            self.commit = torch.compile(self.commit, dynamic=True)
+        self.fused: FusedLayers | None = None
+        if fused:  # the compiled engine (bastion.engines.compiled)
+            compiled.fuse(self)
         if drafter is not None:
             target.set_feature_layers(drafter.target_layer_ids)
         self._allocate(max_context)
@@ -119,8 +125,8 @@ class StaticEngine:
             self.pend_count = torch.zeros((), **long)
             self.draft_out = torch.zeros(b - 1, int(self.target.lm_head.weight.shape[0]), dtype=self.dtype, device=dev)
             # each depth's top-k (k <= 128, the policy's cap); graphs use the [:, :k] view
-            self.logq_all = torch.zeros(b - 1, 128, dtype=torch.float32, device=dev)
-            self.top_tok_all = torch.zeros(b - 1, 128, **long)
+            self.logq_all = torch.zeros(b - 1, TOPK_LIMIT, dtype=torch.float32, device=dev)
+            self.top_tok_all = torch.zeros(b - 1, TOPK_LIMIT, **long)
             self.set_topk(1)
             m = max(n - 1, 1)
             self.paths = {k: torch.zeros(m, **long) for k in ("depth", "local", "par_local", "rank")}
@@ -197,35 +203,20 @@ class StaticEngine:
             self.readback[1].fill_(min(policy.budget, got + 1))
         else:
             curve = cost_model.curve(self.length, policy.n_max, device=self.device)  # C(n) at this context
-            self.readback[1].copy_(_count_nodes(logp, policy, curve, fixed_cost))
+            self.readback[1].copy_(count_nodes(logp, policy, curve, fixed_cost))
         return got
 
-    def build(self, method: str, n: int) -> None:
-        """Compile the ``n``-node tree of ``method`` into the tree buffers."""
-        dev = self.device
-        if method == "bastion":
-            sel, d_max = n - 1, self.block - 1
-            depth = self.paths["depth"][:sel]
-            table = torch.full((d_max + 1, self.n_max), -1, dtype=torch.long, device=dev)
-            table[0, :1].fill_(0)
-            table[depth, self.paths["local"][:sel]] = self.arange[1 : sel + 1]
-            parents = torch.cat([torch.full((1,), -1, dtype=torch.long, device=dev),
-                                 table[depth - 1, self.paths["par_local"][:sel]]])
-            tokens = torch.cat([self.root.view(1), self.top_tok[depth - 1, self.paths["rank"][:sel]]])
-            _, anc = ancestor_matrix(parents, d_max)
-            depths = torch.cat([depth.new_zeros(1), depth])
-        else:  # the chain (DFlash) or the root alone (AR)
-            if n > 1:  # the drafter's greedy block after the root
-                tokens = torch.cat([self.root.view(1), row_argmax(self.draft_out[: n - 1])])
-            else:  # AR: an engine may have no drafter at all
-                tokens = self.root.view(1)
-            parents = self.arange[:n] - 1
-            depths = self.arange[:n]
-            anc = torch.ones(n, n, dtype=torch.bool, device=dev).tril_()
-        self.tree_tokens[:n].copy_(tokens)
-        self.tree_parents[:n].copy_(parents)
-        self.tree_depths[:n].copy_(depths)
-        self.tree_anc[:n, :n].copy_(anc)
+    def build(self, ranked: bool, n: int) -> None:
+        """Compile the ``n``-node tree into the tree buffers: ranked paths (BASTION) or a chain."""
+        if ranked:
+            tree = paths_tree(self.root, self.top_tok, self.paths["depth"], self.paths["local"], self.paths["par_local"],
+                              self.paths["rank"], n, self.n_max)
+        else:  # the drafter's greedy block after the root (DFlash), or the root alone (AR: maybe no drafter)
+            tree = chain_tree(self.root, row_argmax(self.draft_out[: n - 1]) if n > 1 else self.root.new_empty(0))
+        self.tree_tokens[:n].copy_(tree.tokens)
+        self.tree_parents[:n].copy_(tree.parents)
+        self.tree_depths[:n].copy_(tree.depths)
+        self.tree_anc[:n, :n].copy_(tree.ancestors)
 
     def verify(self, n: int, kv: int, greedy: bool, features: bool) -> None:
         """Target forward over the ``n`` tree nodes with a [n, kv] mask; proposals or logits out."""
@@ -296,6 +287,13 @@ class StaticEngine:
             torch.cuda.current_stream(self.device).synchronize()
         return self.readback_host.tolist()
 
+    def reserve(self, tokens: int, nodes: int) -> None:
+        """The latency grid's one allocation (growing later would drop captured graphs)."""
+        self.ensure_capacity(tokens, nodes=nodes)
+
+    def at_context(self, c: int, room: int, generator: torch.Generator) -> None:
+        """Nothing to prefill: the cached values do not change a verification's time."""
+
     @torch.no_grad()
     def probe(self, tokens: torch.Tensor, c: int) -> Callable[[], None]:
         """One verification of a chain of ``tokens`` [s] at context ``c``, exactly as a decode step runs it.
@@ -324,24 +322,3 @@ class StaticEngine:
             vocab = self.target.lm_head.weight.shape[0]
             self.logits = torch.zeros(self.n_max, vocab, dtype=self.dtype, device=self.device)
         return self.logits
-
-
-def row_argmax(x: torch.Tensor) -> torch.Tensor:
-    """``x.argmax(dim=-1)`` for [D, V] with a few rows and a long vocabulary, in two stages.
-
-    Compiled, a plain argmax over 15 rows of 151,936 logits runs as 15 programs (40 us on
-    an H200); split into chunks it spreads over the GPU.  The first maximum of the first
-    chunk holding the row's maximum is the row's first maximum, as ``argmax`` returns.
-    """
-    d, v = x.shape
-    chunks = math.gcd(v, 64)
-    best, where = x.view(d, chunks, v // chunks).max(dim=-1)  # [D, C] each chunk's first maximum
-    chunk = best.argmax(dim=-1, keepdim=True)  # [D, 1]
-    return (chunk * (v // chunks) + where.gather(1, chunk))[:, 0]
-
-
-def search_width(hint: int, policy: TreePolicy) -> int:
-    """Paths to rank for the adaptive rule: the hint rounded up to a power of two (few graphs)."""
-    limit = policy.n_max
-    m = max(hint, policy.n_min) - 1
-    return max(1, min(limit - 1, 1 << max(0, math.ceil(math.log2(max(m, 1))))))

@@ -14,12 +14,10 @@ from pathlib import Path
 
 import torch
 
-from dflash import DFlashDraftModel
-from dflash.checkpoint import CheckpointError
-
-from dflash import hub
-from bastion.costmodel.model import SUPPORTED_FAMILIES
+from bastion.costmodel.roofline import SUPPORTED_FAMILIES
 from bastion.models.target import Target, UnsupportedModelError
+from dflash import DFlashDraftModel, hub
+from dflash.checkpoint import CheckpointError
 
 THINKING_ERROR = (
     "DFlash draft models for Qwen3-4B and Qwen3-8B were not trained with thinking traces. "

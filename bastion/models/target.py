@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from bastion.costmodel.model import SUPPORTED_FAMILIES
+from bastion.costmodel.roofline import SUPPORTED_FAMILIES
 from bastion.models.kv_cache import CompactingCache
 
 

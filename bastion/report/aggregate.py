@@ -17,6 +17,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from bastion.defaults import ablation_method
 from bastion.results.records import read_records
 
 FP_FIELDS = ("device_name", "driver", "cuda", "torch", "transformers", "dtype", "attn_impl", "engine", "bastion",
@@ -24,8 +25,9 @@ FP_FIELDS = ("device_name", "driver", "cuda", "torch", "transformers", "dtype", 
 CELL_KEYS = ("hardware", "model", "dataset", "temperature", "method")
 
 
-def method_label(rec: dict[str, Any]) -> str:
-    return f"bastion-b{rec['budget']}" if rec["method"] == "bastion" and rec.get("budget") else rec["method"]
+def cell_method(rec: dict[str, Any]) -> str:
+    """The cell's method: a fixed-budget BASTION run is its own method of the ablation."""
+    return ablation_method(rec["budget"]) if rec["method"] == "bastion" and rec.get("budget") else rec["method"]
 
 
 def _fp(rec: dict[str, Any]) -> dict[str, Any]:
@@ -39,7 +41,7 @@ def per_prompt_rows(recs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         acc = r["acceptance_lengths"]
         rows.append({
             "hardware": r["hardware"], "model": r["model"], "dataset": r.get("dataset") or r.get("dataset_arg"),
-            "temperature": float(r["temperature"]), "method": method_label(r), "budget": r.get("budget") or "",
+            "temperature": float(r["temperature"]), "method": cell_method(r), "budget": r.get("budget") or "",
             "prompt_index": r["prompt_index"], "turn": r["turn"], "num_prompt_tokens": r["num_prompt_tokens"],
             "num_output_tokens": r["num_output_tokens"], "decode_seconds": r["decode_seconds"],
             "prefill_seconds": r["prefill_seconds"],
@@ -55,7 +57,7 @@ def step_rows(recs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for r in recs:
         base = {"hardware": r["hardware"], "model": r["model"], "dataset": r.get("dataset") or r.get("dataset_arg"),
-                "temperature": float(r["temperature"]), "method": method_label(r), "prompt_index": r["prompt_index"],
+                "temperature": float(r["temperature"]), "method": cell_method(r), "prompt_index": r["prompt_index"],
                 "turn": r["turn"]}
         for i, (a, n, c) in enumerate(zip(r["acceptance_lengths"], r["tree_sizes"], r["contexts"])):
             rows.append({**base, "step": i, "committed": a, "tree_size": n, "context": c})

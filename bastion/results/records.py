@@ -18,9 +18,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from bastion.engines.eager import GenerationResult
-
-METHOD_LABELS = {"ar": "AR baseline", "dflash": "DFlash", "bastion": "BASTION"}
+from bastion.defaults import method_label
+from bastion.results.generation import GenerationResult
 
 
 class ResumeMismatchError(RuntimeError):
@@ -170,7 +169,7 @@ def format_summary(rows: Sequence[dict[str, Any]], block_size: int) -> str:
     head = f"{'Method':<22} {'Throughput':>14} {'Speedup':>8} {'Avg accept':>11} {'Avg tree':>9} {'Resp':>5}"
     lines = ["=" * len(head), head, "-" * len(head)]
     for r in rows:
-        label = METHOD_LABELS.get(r["method"], r["method"])
+        label = method_label(r["method"])
         if r["method"] == "dflash":
             label += f" (bs={block_size})"
         acc = "-" if r["method"] == "ar" else f"{r['tau']:.2f}"

@@ -46,3 +46,13 @@ def accept(tree: Tree, proposals: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     idx = torch.arange(n, device=ok.device)
     path_order = torch.zeros(n + 1, dtype=torch.long, device=ok.device).scatter_(0, slot, idx)[:n]
     return path_order, ok.sum() - 1
+
+
+def emitted_tokens(back: list[int]) -> list[int]:
+    """A step's tokens from its readback ``[count, *, path tokens..., bonus]``: the accepted drafts, then the bonus.
+
+    Both engines read a step back in this layout (slot 1 holds the root or the next node
+    count), so one host transfer carries everything the host needs.
+    """
+    a = back[0]
+    return back[2 : 2 + a] + [back[-1]]

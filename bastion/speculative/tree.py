@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
+from bastion.defaults import N_MAX, N_MIN, TOPK, TOPK_LIMIT
 from bastion.speculative.path_rank import top_paths
 
 
@@ -99,17 +100,17 @@ class TreePolicy:
     per depth (K <= 128).
     """
 
-    n_min: int = 32
-    n_max: int = 8192
-    topk: int = 128
+    n_min: int = N_MIN
+    n_max: int = N_MAX
+    topk: int = TOPK
     bucket: bool = True
     budget: int | None = None
 
     def __post_init__(self) -> None:
         if self.n_min < 1 or self.n_max < self.n_min:
             raise ValueError(f"need 1 <= n_min <= n_max, got n_min={self.n_min}, n_max={self.n_max}")
-        if not 1 <= self.topk <= 128:
-            raise ValueError(f"topk must be in 1..128, got {self.topk}")
+        if not 1 <= self.topk <= TOPK_LIMIT:
+            raise ValueError(f"topk must be in 1..{TOPK_LIMIT}, got {self.topk}")
         if self.budget is not None and self.budget < 1:
             raise ValueError(f"budget must be >= 1 node, got {self.budget}")
 
@@ -135,7 +136,7 @@ def draft_topk(draft_logits: torch.Tensor, temperature: float, k: int) -> tuple[
     return vals.float() / scale - lse, tok
 
 
-def _count_nodes(
+def count_nodes(
     logp: torch.Tensor,  # [N] candidate log-probs, best first
     policy: TreePolicy,
     cost_curve: torch.Tensor | None,  # [>= N + 2] C(n) in seconds, index n
@@ -190,34 +191,67 @@ def build_tree_topk(
     """
     if policy.budget is None and cost_curve is None:
         raise ValueError("the adaptive tree needs a cost curve; pass budget=N for a fixed-size tree")
-    d_max = logq.shape[0]
     limit = policy.budget if policy.budget is not None else policy.n_max
     # a fixed budget knows its size; the adaptive rule starts from the hint and widens if needed
     adaptive_hint = search_hint is not None and policy.budget is None
-    m = max(1, min(max(search_hint, policy.n_min), limit) - 1) if adaptive_hint else max(limit - 1, 1)
+    m = search_width(search_hint, policy) if adaptive_hint else max(limit - 1, 1)
     while True:
         logp, depth, local, par_local, rank = top_paths(logq, m)
         if policy.budget is not None:
             n = min(policy.budget, logp.shape[0] + 1)
             break
-        n = int(_count_nodes(logp, policy, cost_curve, fixed_cost))  # the step's one host sync
-        exhausted = logp.shape[0] < m  # every path of every depth was ranked
-        if n - 1 < logp.shape[0] or exhausted or m >= limit - 1:
+        n = int(count_nodes(logp, policy, cost_curve, fixed_cost))  # the step's one host sync
+        wider = wider_search(m, logp.shape[0], n, policy)
+        if wider is None:
             break
-        m = min(limit - 1, 4 * m)
+        m = wider
     n = bucket_size(n, policy)
-    sel = n - 1
+    return paths_tree(root.view(()).to(tok.device), tok, depth, local, par_local, rank, n, m + 1)
+
+
+def paths_tree(
+    root: torch.Tensor,  # 0-d long
+    tok: torch.Tensor,  # [D, K] each depth's top-K tokens
+    depth: torch.Tensor,  # [>= n - 1] ranked paths: their depth (1..D) ...
+    local: torch.Tensor,  # ... index among the ranked paths of that depth
+    par_local: torch.Tensor,  # ... the parent's index among its depth's ranked paths
+    rank: torch.Tensor,  # ... and their token's rank in that depth's top-K
+    n: int,
+    width: int,  # > every local index: the (depth, local) -> node table's width
+) -> Tree:
+    """The ``n``-node tree of the best ``n - 1`` ranked paths (:func:`~bastion.speculative.path_rank.top_paths`).
+
+    Both engines build their trees here (the static engine inside a CUDA graph: no host
+    reads, the root fill a device op).
+    """
+    sel, d_max, device = n - 1, tok.shape[0], tok.device
     depth, local, par_local, rank = depth[:sel], local[:sel], par_local[:sel], rank[:sel]
-    device = tok.device
     # Map (depth, local index) of every kept path to its node index (root = node 0).
-    table = torch.full((d_max + 1, m + 1), -1, dtype=torch.long, device=device)
-    table[0, 0] = 0
+    table = torch.full((d_max + 1, width), -1, dtype=torch.long, device=device)
+    table[0, :1].fill_(0)
     table[depth, local] = torch.arange(1, sel + 1, device=device)
     parents = torch.cat([torch.full((1,), -1, dtype=torch.long, device=device), table[depth - 1, par_local]])
-    tokens = torch.cat([root.view(1).to(device), tok[depth - 1, rank]])
+    tokens = torch.cat([root.view(1), tok[depth - 1, rank]])
     _, ancestors = ancestor_matrix(parents, d_max)
     depths = torch.cat([depth.new_zeros(1), depth])
     return Tree(tokens=tokens, parents=parents, depths=depths, ancestors=ancestors)
+
+
+def search_width(hint: int, policy: TreePolicy) -> int:
+    """Paths to rank first for the adaptive rule: the hint rounded up to a power of two (few shapes)."""
+    m = max(hint, policy.n_min) - 1
+    return max(1, min(policy.n_max - 1, 1 << max(0, math.ceil(math.log2(max(m, 1))))))
+
+
+def wider_search(m: int, got: int, n: int, policy: TreePolicy) -> int | None:
+    """The next ranking width when the rule kept every ranked path and more exist; None when exact.
+
+    Ranking only the best ``m`` paths is exact unless the rule accepted all ``got == m``
+    of them; then it is repeated four times wider (up to ``n_max - 1``).
+    """
+    if n - 1 >= got and got == m and m < policy.n_max - 1:
+        return min(policy.n_max - 1, 4 * m)
+    return None
 
 
 def build_tree_heap(

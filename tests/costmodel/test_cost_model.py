@@ -15,12 +15,11 @@ from transformers import GPT2Config, LlamaConfig, Qwen3Config
 from bastion.costmodel.model import (
     CostModel,
     CostParams,
-    HardwarePeaks,
-    ModelShape,
     ape,
     fit_cost_model,
     fit_params,
 )
+from bastion.costmodel.roofline import HardwarePeaks, ModelShape
 
 # ---------------------------------------------------------------------------------------
 # hand counts
@@ -185,7 +184,7 @@ def test_hardware_peaks_reject_bad_rates(field, bad):
 
 
 def test_measured_peaks_on_the_cpu_include_masked_attention():
-    from bastion.calibration.calibrate import measure_peaks
+    from bastion.calibration.peaks import measure_peaks
 
     peaks = measure_peaks("cpu", torch.float32)
     assert all(v > 0 and math.isfinite(v) for v in (peaks.flops_per_s, peaks.bytes_per_s, peaks.attention_flops_per_s))

@@ -21,6 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bastion.data import hub_sets
 from bastion.data import registry as ds
 from bastion.data.formats import BOXED_SUFFIX, DatasetFormatError, read_raw_rows
 
@@ -258,8 +259,8 @@ def test_stdlib_heldout_missing_then_present(tmp_path: Path, monkeypatch: pytest
 
 
 def test_packaged_path_points_into_package() -> None:
-    assert ds._packaged_data_path("stdlib-heldout") == (
-        Path(ds.__file__).resolve().parent / "data" / "stdlib-heldout.jsonl")
+    path = ds._packaged_data_path("stdlib-heldout")
+    assert path.is_file() and path.parent == Path(ds.__file__).resolve().parent
 
 
 # ----------------------------------------------------------------------------- online sets
@@ -268,9 +269,9 @@ def test_packaged_path_points_into_package() -> None:
 def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
     def boom(*_a: object, **_k: object) -> None:
         raise AssertionError("network must not be touched")
-    monkeypatch.setattr(ds, "_probe_hub", boom)
-    monkeypatch.setattr(ds, "_rows_via_datasets", boom)
-    monkeypatch.setattr(ds, "_download", boom)
+    monkeypatch.setattr(hub_sets, "_probe_hub", boom)
+    monkeypatch.setattr(hub_sets, "_rows_via_datasets", boom)
+    monkeypatch.setattr(hub_sets, "_download", boom)
 
 
 def test_cache_dir_short_circuits_network(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -286,8 +287,8 @@ def test_cache_dir_short_circuits_network(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_fetch_formats_and_fills_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
-    monkeypatch.setattr(ds, "_probe_hub", lambda src: calls.append(src.repo_id))
-    monkeypatch.setattr(ds, "_rows_via_datasets", lambda src: [{"question": f"q{i}"} for i in range(5)])
+    monkeypatch.setattr(hub_sets, "_probe_hub", lambda src: calls.append(src.repo_id))
+    monkeypatch.setattr(hub_sets, "_rows_via_datasets", lambda src: [{"question": f"q{i}"} for i in range(5)])
     recs = ds.load_prompts("gsm8k", max_samples=2, cache_dir=tmp_path)
     assert calls == ["openai/gsm8k"] and len(recs) == 2
     cached = ds.read_jsonl(tmp_path / "gsm8k.jsonl")  # the full set is cached, not the subset
@@ -306,8 +307,8 @@ def test_raw_hub_files_for_lcb_and_longbench(tmp_path: Path, monkeypatch: pytest
     _write(tmp_path / "test2.jsonl", [json.dumps({"question_content": "B", "question_id": "2"})])
     with zipfile.ZipFile(tmp_path / "data.zip", "w") as zf:
         zf.writestr("data/samsum.jsonl", json.dumps({"context": "C", "input": "I", "_id": "z"}) + "\n")
-    monkeypatch.setattr(ds, "_probe_hub", lambda src: None)
-    monkeypatch.setattr(ds, "_download", lambda src, filename: str(tmp_path / filename))
+    monkeypatch.setattr(hub_sets, "_probe_hub", lambda src: None)
+    monkeypatch.setattr(hub_sets, "_download", lambda src, filename: str(tmp_path / filename))
     lcb = ds.load_prompts("livecodebench")
     assert [r["question_id"] for r in lcb] == ["1", "2"] and lcb[1]["turns"][0].endswith("\n\nB")
     assert "private_test_cases" not in lcb[0]
@@ -357,6 +358,6 @@ def test_network_failure_unreachable_endpoint(monkeypatch: pytest.MonkeyPatch, t
 
 
 def test_missing_datasets_library(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ds, "_probe_hub", lambda src: None)
+    monkeypatch.setattr(hub_sets, "_probe_hub", lambda src: None)
     monkeypatch.setitem(sys.modules, "datasets", None)  # makes `import datasets` fail
     _assert_unavailable("alpaca", "tatsu-lab/alpaca")

@@ -15,9 +15,9 @@ from safetensors.torch import save_file
 
 from bastion.models.registry import DrafterMismatchError, check_pair
 from bastion.models.target import Target
-from tests.support.builders import tiny_drafter, tiny_target
 from dflash import DFlashConfig, DFlashDraftModel, default_target_layer_ids
 from dflash.checkpoint import CheckpointError
+from tests.support.builders import tiny_drafter, tiny_target
 
 # ---------------------------------------------------------------------------------------
 # helpers

@@ -204,7 +204,6 @@ def test_train_target_smoke(tmp_path):
         sys.path.insert(0, str(TOOLS))
     import tokenizer as tiny_tokenizer
     import train_target
-
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     corpus = tmp_path / "corpus"

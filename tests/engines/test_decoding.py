@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bastion.engines.eager import Decoder, PositionLimitError
+from bastion.engines.base import PositionLimitError
+from bastion.engines.eager import EagerDecoder
 from bastion.models.target import Target
 from bastion.speculative.tree import TreePolicy
 from tests.support.builders import EOS_ID, tiny_drafter, tiny_target
@@ -40,9 +41,9 @@ def test_real_drafters_match_ar(family, block_size):
         prompt = torch.randint(0, 250, (int(torch.randint(1, 30, (1,), generator=gen)),), generator=gen).tolist()
         ref = _ar(target, prompt, 48)
         for dec in (
-            Decoder(target, "dflash", drafter),
-            Decoder(target, "bastion", drafter, TreePolicy(n_min=4, n_max=64), cm, ov),
-            Decoder(target, "bastion", drafter, TreePolicy(budget=1 + 3 * p)),
+            EagerDecoder(target, "dflash", drafter),
+            EagerDecoder(target, "bastion", drafter, TreePolicy(n_min=4, n_max=64), cm, ov),
+            EagerDecoder(target, "bastion", drafter, TreePolicy(budget=1 + 3 * p)),
         ):
             out = dec.generate(prompt, 48)
             assert out.output_ids == ref, (dec.method, dec.policy, p)
@@ -123,7 +124,7 @@ def test_statistics_only_when_asked():
     model = tiny_target(seed=8)
     target = Target(model)
     drafter = tiny_drafter(model, block_size=4)
-    dec = Decoder(target, "bastion", drafter, TreePolicy(budget=8))
+    dec = EagerDecoder(target, "bastion", drafter, TreePolicy(budget=8))
     quiet = dec.generate([1, 2, 3], 12)
     timed = dec.generate([1, 2, 3], 12, collect_stats=True)
     assert quiet.output_ids == timed.output_ids
@@ -137,11 +138,11 @@ def test_prompt_that_does_not_fit_is_refused():
     target = Target(model)
     drafter = tiny_drafter(model, block_size=8)
     with pytest.raises(PositionLimitError, match=r"60 tokens \+ max_new_tokens 10 \+ block 8 = 78 positions.*64"):
-        Decoder(target, "dflash", drafter).generate(list(range(60)), 10)
-    assert len(Decoder(target, "ar").generate(list(range(40)), 20).output_ids) == 20
+        EagerDecoder(target, "dflash", drafter).generate(list(range(60)), 10)
+    assert len(EagerDecoder(target, "ar").generate(list(range(40)), 20).output_ids) == 20
 
 
 def test_adaptive_needs_calibration():
     model = tiny_target(seed=1)
     with pytest.raises(ValueError, match="calibrated cost model"):
-        Decoder(Target(model), "bastion", tiny_drafter(model))
+        EagerDecoder(Target(model), "bastion", tiny_drafter(model))

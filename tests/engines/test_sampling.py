@@ -10,13 +10,12 @@ distribution at another temperature must be rejected, which shows the test can f
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import torch
 from scipy.stats import chisquare
 
-from bastion.engines.eager import Decoder
+from bastion.engines.eager import EagerDecoder
 from bastion.models.target import Target
 from bastion.speculative.tree import TreePolicy
 from tests.support.builders import tiny_drafter, tiny_target
@@ -48,7 +47,7 @@ def exact_distribution(model, temperature: float) -> np.ndarray:
     return probs.reshape(-1)
 
 
-def sample_counts(dec: Decoder, temperature: float, runs: int, seed: int) -> np.ndarray:
+def sample_counts(dec: EagerDecoder, temperature: float, runs: int, seed: int) -> np.ndarray:
     counts = np.zeros(VOCAB**NEW)
     gen = torch.Generator()
     for r in range(runs):
@@ -74,7 +73,7 @@ def chi2_pvalue(counts: np.ndarray, probs: np.ndarray) -> float:
 def test_speculative_sampling_matches_target_distribution(pair, method, temperature):
     model, drafter = pair
     target = Target(model)
-    dec = Decoder(target, method, drafter, TreePolicy(budget=24))
+    dec = EagerDecoder(target, method, drafter, TreePolicy(budget=24))
     probs = exact_distribution(model, temperature)
     assert abs(probs.sum() - 1) < 1e-9
     counts = sample_counts(dec, temperature, runs=1500, seed=11)
@@ -87,7 +86,7 @@ def test_speculative_sampling_matches_target_distribution(pair, method, temperat
 def test_multi_token_steps_happen_at_t1(pair):
     """Guard against a vacuous test: trees must accept several tokens in one step."""
     model, drafter = pair
-    dec = Decoder(Target(model), "bastion", drafter, TreePolicy(budget=24))
+    dec = EagerDecoder(Target(model), "bastion", drafter, TreePolicy(budget=24))
     gen = torch.Generator().manual_seed(0)
     committed = [s.committed for r in range(60) for s in dec.generate(PROMPT, NEW, 1.0, generator=gen).steps]
     assert max(committed) >= 2

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bastion.engines.eager import Decoder
+from bastion.engines.eager import EagerDecoder
 from bastion.engines.factory import Engine, check_engine
 from bastion.engines.static_cache import ContextTooLongError
 from bastion.engines.static_decoder import StaticDecoder
@@ -43,7 +43,7 @@ class OracleEngine(StaticEngine):
         return logits
 
 
-class RecordingDecoder(Decoder):
+class RecordingDecoder(EagerDecoder):
     """Eager decoder that keeps every step's draft logits."""
 
     def _draft(self, *a, **kw):
@@ -146,7 +146,7 @@ def test_sampling_follows_the_same_draws():
     for method, policy in (("ar", None), ("dflash", None), ("bastion", TreePolicy(n_min=4, n_max=64))):
         for seed in range(3):
             outs = []
-            for dec in (Decoder(target, method, drafter, policy, cm, ov), StaticDecoder(engine, method, policy, cm, ov)):
+            for dec in (EagerDecoder(target, method, drafter, policy, cm, ov), StaticDecoder(engine, method, policy, cm, ov)):
                 outs.append(dec.generate([5, 6, 7], 30, temperature=0.8, generator=torch.Generator().manual_seed(seed)))
             _same(*outs)
 
@@ -190,16 +190,16 @@ def test_limits_are_refused_with_the_fix():
 
 
 def test_engine_factory_and_static_calibration_probe():
-    from bastion.calibration.calibrate import Grid, probe_grid
+    from bastion.calibration.grid import Grid, probe_grid
 
     model = tiny_target(seed=2)
     target = Target(model)
     drafter = tiny_drafter(model, block_size=4)
     eng = Engine("static", target, drafter, n_max=4)  # smaller than the grid's trees: the probe grows it
     assert isinstance(eng.decoder("dflash"), StaticDecoder)
-    assert isinstance(Engine("eager", target, drafter, n_max=32).decoder("ar"), Decoder)
+    assert isinstance(Engine("eager", target, drafter, n_max=32).decoder("ar"), EagerDecoder)
     assert Engine("compiled", target, drafter, n_max=32).static.fused is not None and eng.static.fused is None
-    rows = probe_grid(target, Grid.named("tiny"), static=eng.verify_probe())
+    rows = probe_grid(eng.verify_probe(), Grid.named("tiny"))
     assert [(r["s"], r["c"]) for r in rows] == Grid.named("tiny").points()
     assert all(r["latency_s"] > 0 for r in rows)
     assert eng.static.n_max == max(s for s, _ in Grid.named("tiny").points())
@@ -278,7 +278,7 @@ def test_tree_phase_benchmark_runs_on_the_cpu(tmp_path):
 
 
 def test_row_argmax_is_the_first_maximum():
-    from bastion.engines.static_engine import row_argmax
+    from bastion.engines.kernels import row_argmax
 
     gen = torch.Generator().manual_seed(0)
     for v in (151936, 260, 97):  # 64 chunks, 4 chunks, one chunk (prime)
@@ -308,4 +308,4 @@ def test_ar_on_an_engine_without_a_drafter():
     target = Target(model)
     prompt = [5, 9, 2, 7]
     static = StaticDecoder(StaticEngine(target, None, 32, 8), "ar").generate(prompt, 12)
-    assert static.output_ids == Decoder(target, "ar").generate(prompt, 12).output_ids
+    assert static.output_ids == EagerDecoder(target, "ar").generate(prompt, 12).output_ids

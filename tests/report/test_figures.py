@@ -15,9 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bastion.report import plots
-from bastion.report import plots_steps
-from bastion.report import tables
+from bastion.report import plots, plots_steps, table_formats, tables
 
 TITLE = {"hardware": "hw-test", "experiment": "exp_small", "models": ["m1", "m2"]}
 FP = {f"fp_{k}": v for k, v in [("device_name", "CPU"), ("driver", "none"), ("cuda", "none"), ("torch", "2.0"),
@@ -150,7 +148,7 @@ def test_title_text_names_everything():
 
 def write_table(tmp_path, cells, methods=("ar", "dflash", "bastion"), title=TITLE):
     out = {k: tmp_path / f"speedup_table.{k}" for k in ("csv", "md", "tex", "pdf")}
-    tables.write_speedup_table(cells, list(methods), title, out["csv"], out["md"], out["tex"], out["pdf"])
+    table_formats.write_speedup_table(cells, list(methods), title, out["csv"], out["md"], out["tex"], out["pdf"])
     return out
 
 
@@ -186,9 +184,9 @@ def test_table_twins_agree(tmp_path):
     assert r"\toprule" in tex and r"\bottomrule" in tex and r"\begin{table}" in tex
     assert r"exp\_small" in tex and "hw-test" in tex and r"\caption{" in tex
     for row in expected:
-        line = " & ".join(tables.tex_escape(v) for v in row)
+        line = " & ".join(table_formats.tex_escape(v) for v in row)
         if row[0] == tables.AVERAGE:
-            line = " & ".join(rf"\textbf{{{tables.tex_escape(v)}}}" for v in row)
+            line = " & ".join(rf"\textbf{{{table_formats.tex_escape(v)}}}" for v in row)
         assert line + r" \\" in tex
 
     text = pdf_text(out["pdf"])

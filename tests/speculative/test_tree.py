@@ -19,7 +19,15 @@ from hypothesis import strategies as st
 from scipy.stats import chisquare
 
 from bastion.speculative.accept import accept, propose
-from bastion.speculative.tree import Tree, TreePolicy, ancestor_matrix, build_tree, build_tree_heap, chain_tree, root_tree
+from bastion.speculative.tree import (
+    Tree,
+    TreePolicy,
+    ancestor_matrix,
+    build_tree,
+    build_tree_heap,
+    chain_tree,
+    root_tree,
+)
 
 FAST = settings(max_examples=150, deadline=None, derandomize=True)
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from bastion.costmodel.model import CostModel, CostParams, HardwarePeaks, ModelShape, StepOverheads
-from bastion.engines.eager import Decoder
+from bastion.costmodel.model import CostModel, CostParams, StepOverheads
+from bastion.costmodel.roofline import HardwarePeaks, ModelShape
+from bastion.engines.eager import EagerDecoder
 from bastion.models.target import Target
 from bastion.speculative.tree import TreePolicy
 
 
-class OracleDecoder(Decoder):
+class OracleDecoder(EagerDecoder):
     """Drafts from a known continuation: depth d gets the true token with probability ``hit``."""
 
     def __init__(self, *a, reference: list[int], prompt_len: int, hit: float, seed: int, **kw):
@@ -38,7 +39,7 @@ def _cost_model(target) -> tuple[CostModel, StepOverheads]:
 
 
 def _ar(target: Target, prompt, n, stops=()):
-    return Decoder(target, "ar").generate(prompt, n, stop_token_ids=stops).output_ids
+    return EagerDecoder(target, "ar").generate(prompt, n, stop_token_ids=stops).output_ids
 
 
 POLICIES = [

@@ -18,8 +18,14 @@ import time
 
 import pytest
 
-from tests.support.pipeline_support import SNAKEMAKE, copy_checkout, env, hardware_key, planned, smk
-
+from tests.support.pipeline_support import (
+    SNAKEMAKE,
+    copy_checkout,
+    env,
+    hardware_key,
+    planned,
+    smk,
+)
 
 CLEAN_RUN: dict[str, float] = {}
 

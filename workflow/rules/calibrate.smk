@@ -67,7 +67,7 @@ rule profile_constants:
         dtype=EXP.get("dtype", "auto"),
         attn_impl=config["attn_impl"],
         engine=config["engine"],
-        n_min=EXP.get("n_min", 32),
+        n_min=EXP.get("n_min", N_MIN),
         seed=config["seed"],
         software=SOFTWARE,
         code=CODE_DECODE,

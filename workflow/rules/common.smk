@@ -15,6 +15,8 @@ from pathlib import Path
 from snakemake.utils import validate
 
 import bastion.data.registry as bds
+from bastion.defaults import ABLATION_PREFIX, BASELINE, N_MAX, N_MIN, TOPK, ablation_method, temperature_dir
+from bastion.defaults import METHODS as ALL_METHODS
 
 REPO = Path(workflow.basedir).resolve()
 # Jobs (local, conda or cluster) import the libraries from this checkout.
@@ -52,7 +54,7 @@ def _check_config():
                 f"config key `{where}.datasets.{d}`: use the canonical dataset names "
                 f"({', '.join(bds.expand(d))}), one entry each, so every dataset has its own jobs"
             )
-    if exp.get("n_min", 32) > exp.get("n_max", 8192):
+    if exp.get("n_min", N_MIN) > exp.get("n_max", N_MAX):
         raise ConfigError(f"config keys `{where}.n_min`/`n_max`: n_min {exp['n_min']} > n_max {exp['n_max']}")
     return exp
 
@@ -92,39 +94,40 @@ def _software_fingerprint():
 SOFTWARE = _software_fingerprint()
 
 
-def _source_hash(patterns, exclude=()):
-    """Hash of library sources: editing them reruns the jobs that run them.
+def code_hash(folders, exclude=()):
+    """Hash of every file under the given source folders (skipping ``exclude``): editing
+    them reruns the jobs that run them.
 
-    (Snakemake's own code trigger only watches the rule's script, not the libraries.)
+    Whole subpackage folders, never lists of module names, so a module that moves or
+    appears inside a folder is covered without touching this file.  (Snakemake's own
+    code trigger only watches the rule's script, not the libraries.)
     """
+    skip = [REPO / e for e in exclude]
     h = hashlib.sha256()
-    for pattern in patterns:
-        for path in sorted(REPO.glob(pattern)):
-            if path.name in exclude:
+    for folder in folders:
+        root = REPO / folder
+        for path in sorted(root.rglob("*") if root.is_dir() else [root]):
+            if not path.is_file() or "__pycache__" in path.parts or any(path.is_relative_to(e) for e in skip):
                 continue
             h.update(path.relative_to(REPO).as_posix().encode())
             h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
 
-DATA_SOURCES = ("datasets.py", "dataset_formats.py")
-REPORT_SOURCES = ("analysis.py", "tables.py", "plots.py", "plots_steps.py", "plot_style.py", "joblog.py")
-CODE_DATA = _source_hash([f"bastion/{name}" for name in DATA_SOURCES])
-# everything that measures or decodes; the data and reporting code have their own hashes
-CODE_DECODE = _source_hash(["bastion/*.py", "dflash/*.py"], exclude=DATA_SOURCES + REPORT_SOURCES)
-CODE_REPORT = _source_hash([f"bastion/{name}" for name in REPORT_SOURCES + ("records.py",)])
+# Which code each stage runs, by layer (docs/architecture.md): the dataset jobs run the
+# data layer, the aggregation and figure jobs the results and report layers, and the
+# calibration and decode jobs everything else (a new subpackage lands there by default).
+SHARED = ["bastion/__init__.py", "bastion/defaults.py"]
+CODE_DATA = code_hash(["bastion/data", *SHARED])
+CODE_REPORT = code_hash(["bastion/report", "bastion/results", "bastion/pipeline", *SHARED])
+CODE_DECODE = code_hash(["bastion", "dflash"], exclude=["bastion/data", "bastion/report"])
 
 
-def temperature_tag(t):
-    """0.0 -> '0', 1.0 -> '1', 0.7 -> '0.7': the {temperature} wildcard."""
-    return f"{float(t):g}"
-
-
-TEMPS = [temperature_tag(t) for t in EXP["temperatures"]]
+TEMPS = [temperature_dir(t) for t in EXP["temperatures"]]
 DATASETS = list(EXP["datasets"])
 MODELS = list(EXP["models"])
 ABLATION = list(EXP.get("budget_ablation", []))
-METHODS = ["ar"] + [m for m in EXP["methods"] if m != "ar"] + [f"bastion-b{b}" for b in ABLATION]
+METHODS = [BASELINE] + [m for m in EXP["methods"] if m != BASELINE] + [ablation_method(b) for b in ABLATION]
 
 
 wildcard_constraints:
@@ -132,7 +135,7 @@ wildcard_constraints:
     model="|".join(map(re.escape, config["models"])),
     dataset=r"[A-Za-z0-9_][A-Za-z0-9._-]*",
     temperature=r"[0-9]+(\.[0-9]+)?",
-    method=r"ar|dflash|bastion|bastion-b[0-9]+",
+    method="|".join(ALL_METHODS) + rf"|{ABLATION_PREFIX}[0-9]+",
     shard=r"[0-9]+",
     experiment=re.escape(config["experiment"]),
 
@@ -209,9 +212,9 @@ def decode_params(wildcards):
         "temperature": float(wildcards.temperature),
         "max_samples": EXP["datasets"][wildcards.dataset].get("max_samples"),
         "max_new_tokens": EXP["max_new_tokens"],
-        "n_min": EXP.get("n_min", 32),
-        "n_max": EXP.get("n_max", 8192),
-        "topk": EXP.get("topk", 128),
+        "n_min": EXP.get("n_min", N_MIN),
+        "n_max": EXP.get("n_max", N_MAX),
+        "topk": EXP.get("topk", TOPK),
         "block_size": EXP.get("block_size"),
         "device": EXP.get("device", "auto"),
         "dtype": EXP.get("dtype", "auto"),

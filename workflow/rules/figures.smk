@@ -15,7 +15,7 @@ rule make_speedup_table:
     params:
         title=TITLE,
         code=CODE_REPORT,
-        methods=[m for m in METHODS if not m.startswith("bastion-b")],
+        methods=[m for m in METHODS if not m.startswith(ABLATION_PREFIX)],
     log:
         "logs/make_speedup_table.log",
     benchmark:
@@ -34,7 +34,7 @@ rule plot_speedup_bars:
     params:
         title=TITLE,
         code=CODE_REPORT,
-        methods=[m for m in METHODS if not m.startswith("bastion-b")],
+        methods=[m for m in METHODS if not m.startswith(ABLATION_PREFIX)],
     log:
         "logs/plot_speedup_bars.log",
     benchmark:

@@ -1,7 +1,7 @@
 """Turn one hardware key's decode records into per-prompt, per-step and per-cell CSVs."""
 
-from bastion.report import aggregate as analysis
 from bastion.pipeline.joblog import job_log
+from bastion.report import aggregate as analysis
 
 with job_log(snakemake.log[0]):
     out = snakemake.output

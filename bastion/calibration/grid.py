@@ -1,0 +1,103 @@
+"""The verification-latency grid and the cost model's fit to it, with held-out errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from bastion.calibration.peaks import median_time
+from bastion.calibration.store import CalibrationError
+from bastion.costmodel.model import ape, fit_cost_model
+from bastion.costmodel.roofline import HardwarePeaks, ModelShape
+from bastion.engines.base import VerifyProbe
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Latency probe grid: tree sizes ``s`` x cached context lengths ``c``."""
+
+    s_values: tuple[int, ...]
+    c_values: tuple[int, ...]
+    warmup: int = 2
+    repeats: int = 5
+    holdout_every: int = 5  # every k-th grid point is held out of the fit
+    tail_s: tuple[int, ...] = ()  # larger trees, probed at the smallest and largest c only
+
+    @classmethod
+    def named(cls, name: str) -> "Grid":
+        if name == "paper":  # DESIGN section 3: s 16..512 step 16, c 64..2048 in powers of two
+            return cls(tuple(range(16, 513, 16)), tuple(64 << i for i in range(6)), tail_s=(1024, 2048, 4096, 8192))
+        if name == "small":  # CPUs: small models, trees rarely pass 128 nodes
+            return cls(tuple(range(8, 129, 8)), tuple(64 << i for i in range(5)), warmup=1, repeats=3, tail_s=(192, 256))
+        if name == "tiny":  # tests
+            return cls((2, 4, 8, 12, 16), (16, 32, 64), warmup=1, repeats=2, holdout_every=4)
+        raise ValueError(f"unknown calibration grid {name!r}; choose paper, small or tiny")
+
+    def points(self) -> list[tuple[int, int]]:
+        """The (s, c) grid; the sparse tail lets the tree grow as far as it was measured."""
+        ends = (self.c_values[0], self.c_values[-1])
+        return [(s, c) for c in self.c_values for s in self.s_values + (self.tail_s if c in ends else ())]
+
+
+def probe_grid(
+    probe: VerifyProbe, grid: Grid, seed: int = 0, progress: Callable[[int, int], None] | None = None
+) -> list[dict[str, float]]:
+    """Median verification latency at every grid point, through the decoding engine's own probe.
+
+    The probe verifies ``s`` tokens as a chain after ``c`` cached ones exactly as that
+    engine's decode step does (eager: a prefilled cache cropped back after each call;
+    static: the captured verification graph for (s, attention window)).
+    """
+    target = probe.target
+    device = target.device
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    vocab = int(target.config.vocab_size)
+    rows: list[dict[str, float]] = []
+    # points past the model's positions cannot occur while decoding: skip them
+    points = [(s, c) for s, c in grid.points() if c + s <= target.max_positions]
+    if len(points) < 8:
+        raise CalibrationError(f"only {len(points)} grid points fit the target's {target.max_positions} positions")
+    total, done = len(points), 0
+    # one allocation for the whole grid (growing drops captured graphs)
+    probe.reserve(max(c + s for s, c in points), nodes=max(s for s, _ in points))
+    for c in grid.c_values:
+        s_values = [s for s, cc in points if cc == c]
+        if not s_values:
+            continue
+        probe.at_context(c, max(s_values), gen)
+        for s in s_values:
+            ids = torch.randint(0, vocab, (1, s), generator=gen).to(device)
+            step = probe.probe(ids[0], c)
+            med, std = median_time(step, device, grid.warmup, grid.repeats)
+            rows.append({"s": s, "c": c, "latency_s": med, "std_s": std})
+            done += 1
+            if progress:
+                progress(done, total)
+    return rows
+
+
+def fit_probe(rows: Sequence[dict[str, float]], shape: ModelShape, peaks: HardwarePeaks, holdout_every: int):
+    """Fit on all but every ``holdout_every``-th point; report errors on both parts."""
+    idx = np.arange(len(rows))
+    held = (idx % holdout_every) == (holdout_every // 2) if holdout_every > 1 else np.zeros(len(rows), bool)
+    s = np.array([r["s"] for r in rows], dtype=float)
+    c = np.array([r["c"] for r in rows], dtype=float)
+    y = np.array([r["latency_s"] for r in rows], dtype=float)
+    model = fit_cost_model(shape, peaks, s[~held], c[~held], y[~held])
+    err_in = ape(model, s[~held], c[~held], y[~held])
+    report = {
+        "points_fit": int((~held).sum()),
+        "points_heldout": int(held.sum()),
+        "in_sample_mape": float(err_in.mean()),
+        "in_sample_max_ape": float(err_in.max()),
+    }
+    if held.any():
+        err_out = ape(model, s[held], c[held], y[held])
+        report.update(heldout_mape=float(err_out.mean()), heldout_max_ape=float(err_out.max()))
+    for r, h, pred in zip(rows, held, model.predict(s, c)):
+        r["heldout"] = bool(h)
+        r["predicted_s"] = float(pred)
+    return model, report

@@ -1,0 +1,123 @@
+"""The calibration file: what it holds, where it lives, how it is written and trusted.
+
+One JSON file per (hardware, model, engine) carrying the fingerprint of the stack that
+measured it; loading it against the current fingerprint refuses a stale file, naming
+what differs and how to recalibrate.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bastion.calibration import fingerprint as fp
+from bastion.costmodel.model import CostModel, StepOverheads
+
+FORMAT_VERSION = 1
+
+
+class CalibrationError(RuntimeError):
+    """A calibration cannot be made, found or trusted."""
+
+
+@dataclass
+class Calibration:
+    model: str
+    fingerprint: dict[str, Any]
+    cost_model: CostModel
+    overheads: StepOverheads
+    report: dict[str, Any]
+    grid: dict[str, Any]
+    points: list[dict[str, float]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def max_s(self) -> int:
+        """The largest tree size measured: the adaptive rule never grows past it."""
+        return int(max(p["s"] for p in self.points))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format_version": FORMAT_VERSION,
+            "model": self.model,
+            "fingerprint": self.fingerprint,
+            "cost_model": self.cost_model.to_dict(),
+            "overheads": asdict(self.overheads),
+            "report": self.report,
+            "grid": self.grid,
+            "points": self.points,
+            "seconds": self.seconds,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Calibration":
+        if d.get("format_version") != FORMAT_VERSION:
+            raise CalibrationError(f"calibration format {d.get('format_version')} is not {FORMAT_VERSION}")
+        return cls(
+            model=d["model"],
+            fingerprint=d["fingerprint"],
+            cost_model=CostModel.from_dict(d["cost_model"]),
+            overheads=StepOverheads(**d["overheads"]),
+            report=d["report"],
+            grid=d["grid"],
+            points=d.get("points", []),
+            seconds=d.get("seconds", 0.0),
+        )
+
+    def save(self, path: str | os.PathLike) -> None:
+        write_json_atomic(path, self.to_dict())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, current: dict[str, Any] | None = None) -> "Calibration":
+        with open(path, encoding="utf-8") as fh:
+            cal = cls.from_dict(json.load(fh))
+        if current is not None:
+            fp.check(
+                cal.fingerprint,
+                current,
+                str(path),
+                f"Recalibrate: delete {path} (or pass --recalibrate) and rerun on this device.",
+            )
+        return cal
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(obj, fh, indent=1)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+def model_slug(name: str) -> str:
+    return name.strip("/").replace("/", "--").replace(" ", "_")
+
+
+def calibration_path(cache_dir: str | os.PathLike, hw_key: str, model: str, engine: str = "eager") -> Path:
+    """Per (hardware, model, engine): each engine has its own latency curve."""
+    suffix = "" if engine == "eager" else f"_{engine}"
+    return Path(cache_dir) / f"calibration_{hw_key}_{model_slug(model)}{suffix}.json"
+
+
+def check_writable(cache_dir: str | os.PathLike, path: Path) -> None:
+    """Fail before any measurement if the calibration could not be saved.
+
+    Tries a real write (permission bits alone do not tell, e.g. for root or read-only
+    mounts).
+    """
+    folder = Path(cache_dir)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
+            pass
+    except OSError as exc:
+        raise CalibrationError(
+            f"no calibration at {path} and the cache directory {folder} is read-only ({exc.strerror}), "
+            "so none can be made; run once where the cache directory is writable, or pass a writable --cache-dir"
+        ) from exc

@@ -1,0 +1,56 @@
+"""Names and defaults every layer shares: one source, so labels and knobs never disagree.
+
+Torch-free and import-free, at the bottom of the layer order: the CLI, the pipeline's
+rule files, the decoders and the report all read their method names, tree-policy
+defaults, display labels and temperature tags from here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Decoding methods, in the order they run on a prompt: AR first, since later turns of a
+# multi-turn prompt reuse AR's answer as history.
+METHODS: tuple[str, ...] = ("ar", "dflash", "bastion")
+BASELINE = "ar"
+
+# BASTION's tree policy (the paper's values; n_min is sized for GPUs, where a verification
+# of 32 tokens costs about as much as one).
+N_MIN = 32
+N_MAX = 8192
+TOPK = 128  # candidate tokens per depth; the path-ranking layout allows at most this many
+TOPK_LIMIT = 128
+
+# Dataset names of the paper's tables, in the paper's order, and the offline sets.
+SHORT_DATASETS: tuple[str, ...] = ("gsm8k", "math500", "aime25", "humaneval", "mbpp", "lcb", "mt-bench", "alpaca")
+LONGBENCH_SUBSETS: tuple[str, ...] = (
+    "qasper", "multifieldqa_en", "gov_report", "multi_news", "triviaqa", "samsum", "passage_retrieval_en",
+)
+OFFLINE_DATASETS: tuple[str, ...] = ("humaneval-pkg", "stdlib-heldout")
+
+METHOD_LABELS: dict[str, str] = {"ar": "AR", "dflash": "DFlash", "bastion": "BASTION"}
+ABLATION_PREFIX = "bastion-b"  # fixed-budget BASTION runs of the budget ablation: bastion-b64
+
+
+def method_label(method: str) -> str:
+    """Display name: ``bastion`` -> ``BASTION``, ``bastion-b64`` -> ``BASTION (b=64)``."""
+    if method in METHOD_LABELS:
+        return METHOD_LABELS[method]
+    if method.startswith(ABLATION_PREFIX):
+        return f"BASTION (b={method[len(ABLATION_PREFIX):]})"
+    return method
+
+
+def ablation_method(budget: int) -> str:
+    """The method name of a fixed-budget BASTION run: 64 -> ``bastion-b64``."""
+    return f"{ABLATION_PREFIX}{int(budget)}"
+
+
+def temperature_tag(t: Any) -> str:
+    """Column tag of a temperature in tables and figures: 0.0 -> 'T0', 0.7 -> 'T0.7'."""
+    return f"T{float(t):g}"
+
+
+def temperature_dir(t: Any) -> str:
+    """A temperature in result paths (the pipeline's {temperature} wildcard): 0.0 -> '0'."""
+    return f"{float(t):g}"

@@ -1,0 +1,109 @@
+"""What every engine's decoder is and shares: the Decoder protocol and the request checks.
+
+The eager, static and compiled engines differ only in how they run a step (Transformers'
+layers with growing caches, or preallocated buffers replayed as CUDA graphs); what a
+decoder accepts, refuses and returns is defined here once, so calibration, the runs and
+the tests treat every engine alike.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Protocol, Sequence, runtime_checkable
+
+import torch
+
+from bastion.models.target import Target
+from bastion.results.generation import GenerationResult
+from bastion.speculative.methods import MethodSpec, method_spec
+from bastion.speculative.tree import TreePolicy
+
+
+@runtime_checkable
+class Decoder(Protocol):
+    """Decodes one prompt at batch size 1 with one method; made by :meth:`Engine.decoder`."""
+
+    method: str
+    policy: TreePolicy
+    target: Target
+    block_size: int
+
+    def generate(
+        self,
+        prompt_ids: Sequence[int] | torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        stop_token_ids: Iterable[int] = (),
+        generator: torch.Generator | None = None,
+        collect_stats: bool | str = False,
+    ) -> GenerationResult: ...
+
+
+@runtime_checkable
+class VerifyProbe(Protocol):
+    """One engine's verification step, alone, for the latency grid of the cost model.
+
+    Calibration times exactly what the engine's decode steps run, whatever the engine:
+    ``reserve`` sizes buffers for the whole grid once, ``at_context`` readies ``c`` cached
+    tokens (with room for ``room`` more), ``probe`` returns a call verifying ``tokens`` [s]
+    as a chain after them.
+    """
+
+    target: Target
+
+    def reserve(self, tokens: int, nodes: int) -> None: ...
+
+    def at_context(self, c: int, room: int, generator: torch.Generator) -> None: ...
+
+    def probe(self, tokens: torch.Tensor, c: int) -> Callable[[], None]: ...
+
+
+class PositionLimitError(ValueError):
+    """The prompt plus the requested tokens do not fit the model's positions."""
+
+
+def check_method(method: str, has_drafter: bool, policy: TreePolicy, cost_model, overheads) -> MethodSpec:
+    """What every engine's decoder refuses before any work: unknown or under-equipped methods."""
+    spec = method_spec(method)
+    if spec.drafts and not has_drafter:
+        raise ValueError(f"method {method!r} needs a drafter")
+    if spec.ranked and policy.budget is None and (cost_model is None or overheads is None):
+        raise ValueError("adaptive BASTION needs a calibrated cost model and step overheads (or a fixed budget)")
+    return spec
+
+
+def check_fits(target: Target, prompt_len: int, max_new_tokens: int, block: int) -> None:
+    """The prompt, the requested tokens and one draft block must fit the target's positions."""
+    need = prompt_len + max_new_tokens + block
+    if need > target.max_positions:
+        raise PositionLimitError(
+            f"prompt of {prompt_len} tokens + max_new_tokens {max_new_tokens} + block {block} "
+            f"= {need} positions, but the target supports {target.max_positions} "
+            "(max_position_embeddings); shorten the prompt or lower --max-new-tokens"
+        )
+
+
+def prompt_tensor(prompt_ids: Sequence[int] | torch.Tensor, max_new_tokens: int, device: torch.device) -> torch.Tensor:
+    """The prompt as [1, P] on ``device``, after the request checks both decoders share."""
+    ids = torch.as_tensor(prompt_ids, dtype=torch.long, device=device).view(1, -1)
+    if ids.shape[1] == 0:
+        raise ValueError("empty prompt: at least one token is needed")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    return ids
+
+
+def emit(output: list[int], tokens: Sequence[int], stops: set[int], max_new_tokens: int) -> str | None:
+    """Append a step's tokens up to the first stop token or the length limit; return why it ended, if it did."""
+    for tok in tokens:
+        output.append(tok)
+        if tok in stops:
+            return "stop_token"
+        if len(output) >= max_new_tokens:
+            return "max_new_tokens"
+    return None
+
+
+def sync(device: torch.device) -> None:
+    """Wait for the device (a no-op on the CPU): the boundary every host-side timer needs."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

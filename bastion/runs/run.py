@@ -1,0 +1,256 @@
+"""One decode run: a dataset through one (target, drafter) pair with AR, DFlash and BASTION.
+
+:class:`DecodeRun` holds every knob of a run; the CLI (``python -m bastion.benchmark``)
+fills it from flags and the pipeline's decode jobs from their params, so both execute
+the same code.  Cheap checks (arguments, dataset, model family, drafter fit, calibration
+cache) all run before anything expensive.  Under ``torchrun`` prompts are sharded
+round-robin by rank, rank 0 calibrates while the others wait, and rank 0 gathers the
+records.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from bastion.calibration import fingerprint, hardware
+from bastion.calibration.calibrate import calibrate
+from bastion.calibration.grid import Grid
+from bastion.calibration.store import (
+    Calibration,
+    CalibrationError,
+    calibration_path,
+    check_writable,
+)
+from bastion.data import registry as datasets
+from bastion.data.prompts import PromptBuilder
+from bastion.defaults import METHODS, N_MAX, N_MIN, TOPK
+from bastion.engines.factory import Engine
+from bastion.models import registry as models
+from bastion.results import records
+from bastion.speculative.tree import TreePolicy
+
+
+class UsageError(ValueError):
+    """Bad run settings; the CLI reports them as one line with exit status 2."""
+
+
+def parse_methods(text: str | Sequence[str]) -> tuple[str, ...]:
+    """Known methods in run order (AR first: later turns reuse its answer)."""
+    methods = [m.strip() for m in (text.split(",") if isinstance(text, str) else text) if m.strip()]
+    bad = [m for m in methods if m not in METHODS]
+    if bad or not methods:
+        raise UsageError(f"unknown method(s) {bad or text!r} in --methods; choose from {', '.join(METHODS)}")
+    return tuple(m for m in METHODS if m in methods)
+
+
+def parse_shard(text: str | None) -> tuple[int, int]:
+    """``I/N`` -> (I, N): decode only prompts with index % N == I."""
+    if text is None:
+        return 0, 1
+    try:
+        i, n = (int(x) for x in text.split("/"))
+        assert 0 <= i < n
+    except (ValueError, AssertionError):
+        raise UsageError(f"--shard must be I/N with 0 <= I < N, got {text!r}") from None
+    return i, n
+
+
+def _dist() -> tuple[int, int, int]:
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
+
+
+@dataclass
+class DecodeRun:
+    """Every setting of one run; field names are the CLI's flags (``--max-new-tokens`` -> max_new_tokens)."""
+
+    model: str
+    dataset: str
+    draft_model: str | None = None
+    methods: tuple[str, ...] = METHODS
+    max_samples: int | None = None
+    max_new_tokens: int = 2048
+    temperature: float = 0.0
+    block_size: int | None = None
+    enable_thinking: bool = False
+    device: str = "auto"
+    dtype: str = "auto"
+    output: str | None = None
+    cache_dir: str = "cache"
+    attn_impl: str = "sdpa"
+    engine: str = "eager"
+    n_min: int = N_MIN
+    n_max: int = N_MAX
+    topk: int = TOPK
+    budget: int | None = None
+    calib_grid: str = "auto"
+    recalibrate: bool = False
+    calibration: str | None = None
+    hardware: str = "auto"
+    model_name: str | None = None
+    dataset_name: str | None = None
+    step_times: bool = False
+    seed: int = 0
+    data_seed: int = datasets.DEFAULT_SEED
+    shard: tuple[int, int] = (0, 1)
+    quiet: bool = False
+
+    def validate(self) -> None:
+        """Settings checks that need no model, data or device."""
+        self.methods = parse_methods(self.methods)
+        if self.temperature < 0:
+            raise UsageError(f"--temperature must be >= 0, got {self.temperature}")
+        if self.max_new_tokens < 1:
+            raise UsageError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
+
+    def execute(self) -> list[dict[str, Any]]:
+        """Decode every prompt of this rank's shard; write, resume and summarise the records."""
+        rank, world, local_rank = _dist()
+        log = (lambda *a: None) if self.quiet or rank != 0 else (lambda *a: print(*a, file=sys.stderr, flush=True))
+        self.validate()
+        methods = list(self.methods)
+        shard_i, shard_n = self.shard
+        target_ref, drafter_ref, model_name = models.resolve(self.model, self.draft_model)
+        model_name = self.model_name or model_name
+        models.check_thinking(self.enable_thinking, target_ref)
+        need_drafter = any(m != "ar" for m in methods)
+        if need_drafter and drafter_ref is None:
+            raise UsageError("--draft-model is required for dflash/bastion unless --model is a registered pair")
+        policy = TreePolicy(n_min=self.n_min, n_max=self.n_max, topk=self.topk, budget=self.budget)
+
+        # 1. prompts first: an unknown or unreachable dataset fails before any weights load
+        prompts = datasets.load_prompts(self.dataset, self.max_samples, seed=self.data_seed, cache_dir=self.cache_dir)
+        if not prompts:
+            raise UsageError(f"dataset {self.dataset!r} has no prompts")
+
+        # 2. device, models, checks
+        if world > 1 and not torch.distributed.is_initialized():
+            backend = "nccl" if self.device.startswith("cuda") or (self.device == "auto" and torch.cuda.is_available()) else "gloo"
+            torch.distributed.init_process_group(backend=backend)
+        device = hardware.resolve_device(self.device, local_rank if world > 1 else None)
+        dtype = hardware.resolve_dtype(self.dtype, device)
+        fp_now = fingerprint.collect(device, dtype, self.attn_impl, self.engine)
+        hw_key = fingerprint.hardware_key(fp_now) if self.hardware == "auto" else self.hardware
+        cal_path = Path(self.calibration) if self.calibration else calibration_path(self.cache_dir, hw_key, model_name, self.engine)
+        adaptive = "bastion" in methods and self.budget is None
+        if adaptive and self.calibration and not cal_path.exists():
+            raise UsageError(f"--calibration {cal_path} does not exist; omit it to calibrate into --cache-dir")
+        if adaptive and rank == 0 and not self.recalibrate:
+            if cal_path.exists():
+                Calibration.load(cal_path, current=fp_now)  # a stale calibration fails here, before loading weights
+            else:
+                check_writable(self.cache_dir, cal_path)
+        target = models.load_target(target_ref, dtype, device, self.attn_impl)
+        tokenizer = models.load_tokenizer(target_ref)
+        drafter = None
+        if need_drafter:
+            drafter = models.load_drafter(drafter_ref, dtype, device)
+            models.check_pair(target, drafter, target_ref, drafter_ref)
+            if self.block_size is not None:
+                if not 2 <= self.block_size <= drafter.config.block_size:
+                    raise UsageError(
+                        f"--block-size {self.block_size} must be in 2..{drafter.config.block_size} (the drafter's block size)"
+                    )
+                drafter.config.block_size = self.block_size
+        builder = PromptBuilder(tokenizer, self.enable_thinking)
+        engine = Engine(self.engine, target, drafter, n_max=max(policy.n_max, policy.budget or 0),
+                        max_context=self.max_new_tokens + 2048)
+
+        # 3. calibration (adaptive BASTION only): rank 0 makes it, the others wait
+        cal = None
+        if adaptive:
+            cal = self._calibration(engine, policy, model_name, fp_now, cal_path, device, rank, world, log)
+
+        # 4. decode, resuming from a partial output
+        if cal is not None and cal.max_s < policy.n_max:
+            # never extrapolate the cost model past the largest tree it was fitted on
+            policy = replace(policy, n_max=max(cal.max_s, policy.n_min))
+        decoders = {m: engine.decoder(m, policy, cal and cal.cost_model, cal and cal.overheads) for m in methods}
+        settings = {
+            "model": target_ref, "draft_model": drafter_ref if need_drafter else None, "dataset": self.dataset,
+            "max_samples": self.max_samples, "data_seed": self.data_seed, "max_new_tokens": self.max_new_tokens,
+            "temperature": self.temperature, "block_size": drafter.block_size if drafter else None, "methods": methods,
+            "policy": [self.n_min, self.n_max, self.topk, self.budget], "seed": self.seed, "thinking": self.enable_thinking,
+        }
+        key = records.run_key(settings)
+        base = {
+            "run_key": key, "model": model_name, "target": target_ref, "draft_model": drafter_ref if need_drafter else None,
+            "dataset_arg": self.dataset, "rank": rank, "world_size": world, "temperature": self.temperature, "max_new_tokens": self.max_new_tokens,
+            "block_size": settings["block_size"], "hardware": hw_key, "fingerprint": fp_now, "budget": self.budget,
+            "n_min": policy.n_min, "n_max": policy.n_max,
+            "calibration": None if cal is None else {"params": cal.cost_model.to_dict()["params"], "t_draft": cal.overheads.t_draft, "t_other": cal.overheads.t_other},
+        }
+        mine = [i for i in range(len(prompts)) if i % shard_n == shard_i and (i // shard_n) % world == rank]
+        out_path = Path(self.output) if self.output else None
+        part = records.partial_path(f"{out_path}.rank{rank}" if out_path and world > 1 else out_path) if out_path else None
+        done_recs = records.read_partial(part, key) if part else []
+        turns = {i: len(prompts[i]["turns"]) for i in mine}
+        finished = records.completed_prompts(done_recs, turns, methods)
+        done_recs = [r for r in done_recs if r["prompt_index"] in finished]
+        if finished:
+            log(f"[resume] {len(finished)} of {len(mine)} prompts already done in {part}")
+        stops = builder.stop_ids(target)
+        todo = [i for i in mine if i not in finished]
+        all_recs = list(done_recs)
+        t_start = time.perf_counter()
+        for n_done, idx in enumerate(todo, 1):
+            prompt_recs = self._decode_prompt(idx, prompts[idx], decoders, methods, builder, stops, base)
+            if part:
+                records.append_records(part, prompt_recs)
+            all_recs.extend(prompt_recs)
+            log(f"[decode] prompt {idx} done ({n_done}/{len(todo)}, {time.perf_counter() - t_start:.1f}s)")
+
+        # 5. gather, write, summarise
+        if world > 1:
+            gathered = [None] * world
+            torch.distributed.all_gather_object(gathered, all_recs)
+            all_recs = [r for chunk in gathered for r in chunk]
+        if rank == 0:
+            if out_path:
+                records.finalise(out_path, all_recs)
+            if not self.quiet:
+                print(records.format_summary(records.summarise(all_recs, methods), settings["block_size"] or 1))
+        if world > 1:
+            torch.distributed.barrier()
+            if out_path and part:
+                part.unlink(missing_ok=True)
+        return all_recs
+
+    def _decode_prompt(self, idx, prompt, decoders, methods, builder, stops, base) -> list[dict[str, Any]]:
+        out = []
+        history: list[tuple[str, str]] = []
+        for turn, text in enumerate(prompt["turns"]):
+            ids = builder.encode(history, text)
+            answers = {}
+            for m in methods:
+                gen = torch.Generator(device=decoders[m].target.device)
+                gen.manual_seed((self.seed * 1_000_003 + idx * 1_009 + turn) % (1 << 62))
+                res = decoders[m].generate(ids, self.max_new_tokens, self.temperature, stops, gen, collect_stats=self.step_times)
+                answers[m] = res.output_ids
+                dataset = self.dataset_name or prompt.get("dataset")
+                out.append(records.make_record(res, prompt_index=idx, turn=turn, method=m, base={**base, "dataset": dataset}))
+            history.append((text, builder.decode(answers[methods[0]])))
+        return out
+
+
+    def _calibration(self, engine, policy, model_name, fp_now, path, device, rank, world, log) -> Calibration:
+        hw_key = fingerprint.hardware_key(fp_now)
+        if rank == 0 and not self.calibration and (self.recalibrate or not path.exists()):
+            check_writable(self.cache_dir, path)
+            grid_name = self.calib_grid if self.calib_grid != "auto" else ("paper" if device.type == "cuda" else "small")
+            grid = Grid.named(grid_name)
+            log(f"[calibrate] no calibration for ({hw_key}, {model_name}); measuring on {fp_now['device_name']} ({grid_name} grid)")
+            cal = calibrate(model_name, fp_now, grid, engine, policy, log=log, seed=self.seed)
+            cal.save(path)
+            log(f"[calibrate] wrote {path} ({cal.seconds:.1f}s)")
+        if world > 1:
+            torch.distributed.barrier()  # the other ranks wait for rank 0's calibration
+        if not path.exists():
+            raise CalibrationError(f"calibration {path} was not created")
+        return Calibration.load(path, current=fp_now)
