@@ -10,8 +10,7 @@ Sections (``--sections``, comma list, run in this order):
   tiny      the bundled tiny pair end to end (CLI), eager and static, outputs compared
   profile   (not by default) torch.profiler kernel table of 512-node BASTION steps
 
-``--from-json FILE`` instead projects AR and DFlash throughput from the measured static step
-times in FILE and the DFlash README's acceptance lengths (a projection, not a measurement).
+Throughput projections from these step costs are ``python -m benchmarks.projection``.
 
 Random weights: acceptance is about one token per step, so 8B numbers are per-step costs.
 
@@ -21,7 +20,6 @@ Random weights: acceptance is about one token per step, so 8B numbers are per-st
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import statistics
 import subprocess
@@ -41,9 +39,6 @@ from bastion.engines.static_engine import StaticEngine
 from bastion.models.target import Target
 from bastion.speculative.tree import TreePolicy
 from benchmarks.shapes import random_pair
-
-REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference" / "dflash_readme_results.csv"
-
 
 class Report:
     def __init__(self, out: Path) -> None:
@@ -214,17 +209,6 @@ def section_tiny(rep, out, samples, tokens, device, dtype):
     rep.add("tiny", {"dtype": dtype, "static_eq_eager": f"{same}/{len(recs['eager'])}", "static_eq_static_ar": f"{ar_same}/{len(recs['static'])}"})
 
 
-def section_project(rep, ar_ms, dflash_step_ms):
-    rows = [r for r in csv.reader(line for line in REFERENCE.read_text().splitlines() if not line.startswith("#"))]
-    head, body = rows[0], rows[1:]
-    col = head.index("q8b_t0_tau")
-    for r in body:
-        tau = float(r[col])
-        rep.add("project", {"dataset": r[0], "dflash_tau_readme": tau, "ar_tok_s": round(1e3 / ar_ms, 1),
-                            "dflash_tok_s_projected": round(1e3 * tau / dflash_step_ms, 1),
-                            "speedup_projected": round(tau * ar_ms / dflash_step_ms, 2)})
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="qwen3-8b")
@@ -240,19 +224,9 @@ def main(argv=None) -> int:
     ap.add_argument("--engines", default="static", help="static engines to compare with eager: static, fused")
     ap.add_argument("--tiny-samples", type=int, default=20)
     ap.add_argument("--tiny-tokens", type=int, default=128)
-    ap.add_argument("--from-json", default=None, help="project only: read the measured tables from this file")
     args = ap.parse_args(argv)
     out, sections = Path(args.out), args.sections.split(",")
     rep = Report(out)
-    if args.from_json:  # the projection needs only earlier measurements (and ../shared, which stays here)
-        measured = json.loads(Path(args.from_json).read_text())
-        name = args.engines.split(",")[0]
-        ctx = min(r["context"] for r in measured["ar"])
-        ar = [r[f"{name}_ms"] for r in measured["ar"] if r["context"] == ctx][0]
-        dfl = [r["step_ms_no_sync"] for r in measured["overhead"]
-               if r["method"] == "dflash" and r["context"] == ctx and r.get("engine", "static") == name][0]
-        section_project(rep, ar, dfl)
-        return 0
     device = torch.device(args.device)
     if sections == ["tiny"]:  # no 8B-shaped model needed
         section_tiny(rep, out, args.tiny_samples, args.tiny_tokens, args.device, args.dtype)

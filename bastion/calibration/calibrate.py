@@ -43,6 +43,7 @@ def calibrate(
     policy: TreePolicy,
     log: Callable[[str], None] = print,
     seed: int = 0,
+    progress: bool = True,
 ) -> Calibration:
     """Measure peaks, probe the grid, fit, then profile the step overheads.
 
@@ -54,9 +55,7 @@ def calibrate(
     peaks = measure_peaks(target.device, target.dtype)
     log(f"[calibrate] peaks: {peaks.flops_per_s / 1e12:.2f} TFLOP/s matmul, "
         f"{peaks.attention_flops_per_s / 1e12:.2f} TFLOP/s masked attention, {peaks.bytes_per_s / 1e9:.1f} GB/s")
-    step = max(1, len(grid.points()) // 8)
-    rows = probe_grid(engine.verify_probe(), grid,
-                      progress=lambda d, t: log(f"[calibrate] grid {d}/{t}") if d % step == 0 else None)
+    rows = probe_grid(engine.verify_probe(), grid, progress=progress)
     model_obj, report = fit_probe(rows, shape, peaks, grid.holdout_every)
     log(
         f"[calibrate] fit {model_obj.params}; in-sample MAPE {report['in_sample_mape']:.1%}, "

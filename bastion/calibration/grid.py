@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -13,6 +14,7 @@ from bastion.calibration.store import CalibrationError
 from bastion.costmodel.model import ape, fit_cost_model
 from bastion.costmodel.roofline import HardwarePeaks, ModelShape
 from bastion.engines.base import VerifyProbe
+from bastion.progress import bar
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,18 @@ class Grid:
             return cls((2, 4, 8, 12, 16), (16, 32, 64), warmup=1, repeats=2, holdout_every=4)
         raise ValueError(f"unknown calibration grid {name!r}; choose paper, small or tiny")
 
+    def covering(self, context: int) -> "Grid":
+        """This grid with context lengths doubled on until they reach ``context``.
+
+        A run's longest prompt plus its new tokens must lie inside the measured contexts,
+        or its trees are sized by extrapolation (LongBench prompts run to tens of
+        thousands of tokens, the paper grid stops at 2,048).
+        """
+        cs = list(self.c_values)
+        while cs[-1] < context:
+            cs.append(cs[-1] * 2)
+        return dataclasses.replace(self, c_values=tuple(cs))
+
     def points(self) -> list[tuple[int, int]]:
         """The (s, c) grid; the sparse tail lets the tree grow as far as it was measured."""
         ends = (self.c_values[0], self.c_values[-1])
@@ -43,7 +57,7 @@ class Grid:
 
 
 def probe_grid(
-    probe: VerifyProbe, grid: Grid, seed: int = 0, progress: Callable[[int, int], None] | None = None
+    probe: VerifyProbe, grid: Grid, seed: int = 0, progress: bool = False
 ) -> list[dict[str, float]]:
     """Median verification latency at every grid point, through the decoding engine's own probe.
 
@@ -60,7 +74,7 @@ def probe_grid(
     points = [(s, c) for s, c in grid.points() if c + s <= target.max_positions]
     if len(points) < 8:
         raise CalibrationError(f"only {len(points)} grid points fit the target's {target.max_positions} positions")
-    total, done = len(points), 0
+    shown = bar(len(points), "calibrate grid", "point", enabled=progress)
     # one allocation for the whole grid (growing drops captured graphs)
     probe.reserve(max(c + s for s, c in points), nodes=max(s for s, _ in points))
     for c in grid.c_values:
@@ -73,9 +87,9 @@ def probe_grid(
             step = probe.probe(ids[0], c)
             med, std = median_time(step, device, grid.warmup, grid.repeats)
             rows.append({"s": s, "c": c, "latency_s": med, "std_s": std})
-            done += 1
-            if progress:
-                progress(done, total)
+            shown.set_postfix(s=s, c=c, ms=f"{1e3 * med:.2f}", refresh=False)
+            shown.update()
+    shown.close()
     return rows
 
 

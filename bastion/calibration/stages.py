@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -24,7 +24,9 @@ from bastion.calibration.peaks import measure_peaks
 from bastion.calibration.store import Calibration, write_json_atomic
 from bastion.costmodel.model import CostModel
 from bastion.costmodel.roofline import HardwarePeaks, ModelShape
-from bastion.engines.factory import Engine
+from bastion.data.formats import read_jsonl
+from bastion.data.prompts import PromptBuilder
+from bastion.engines.factory import Engine, resolve_engine
 from bastion.models import registry as models
 from bastion.speculative.tree import TreePolicy
 
@@ -47,7 +49,7 @@ def _load_target(before: dict[str, Any], where: str, model_json: str, device: st
     """
     dev = hardware.resolve_device(device)
     dt = hardware.resolve_dtype(dtype, dev)
-    fp_now = fingerprint.collect(dev, dt, attn_impl, engine)
+    fp_now = fingerprint.collect(dev, dt, attn_impl, resolve_engine(engine, dev))
     _same_stack(before, fp_now, where)
     paths = read_json(model_json)
     return dev, dt, fp_now, paths, models.load_target(paths["target"], dt, dev, attn_impl)
@@ -58,20 +60,26 @@ def measure_hardware(out: str, hardware_key: str, pattern: str | None, device: s
     where = hardware.check_device(hardware_key, pattern, dev)
     dt = hardware.resolve_dtype(dtype, dev)
     peaks = measure_peaks(dev, dt)
-    result = {**where, "fingerprint": fingerprint.collect(dev, dt, attn_impl, engine), "peaks": asdict(peaks)}
+    result = {**where, "fingerprint": fingerprint.collect(dev, dt, attn_impl, resolve_engine(engine, dev)),
+              "peaks": asdict(peaks)}
     write_json_atomic(out, result)
     return result
 
 
-def calibrate_latency(out: str, model_json: str, hardware_json: str, grid_name: str, device: str, dtype: str, attn_impl: str, engine: str) -> dict[str, Any]:
+def calibrate_latency(out: str, model_json: str, hardware_json: str, grid_name: str, device: str, dtype: str,
+                      attn_impl: str, engine: str, datasets: Sequence[str] = (), max_new_tokens: int = 0) -> dict[str, Any]:
+    """The latency grid and its fit; the grid's contexts reach the longest prompt of ``datasets`` plus ``max_new_tokens``."""
     hw = read_json(hardware_json)
     dev, dt, fp_now, paths, target = _load_target(hw["fingerprint"], hardware_json, model_json, device, dtype,
                                                   attn_impl, engine)
-    grid = Grid.named(grid_name)
+    builder = PromptBuilder(models.load_tokenizer(paths["target"]))
+    longest = builder.longest_context([p for d in datasets for p in read_jsonl(d)], max_new_tokens) if datasets else 0
+    grid = Grid.named(grid_name).covering(longest)
     # the static engine's probe taps the drafter's layers, as its decode steps do
+    engine = resolve_engine(engine, dev)
     drafter = models.load_drafter(paths["drafter"], dt, dev) if engine != "eager" else None
     probe_engine = Engine(engine, target, drafter, n_max=1)  # probe_grid sizes it to the grid
-    rows = probe_grid(probe_engine.verify_probe(), grid)
+    rows = probe_grid(probe_engine.verify_probe(), grid, progress=True)
     shape = ModelShape.from_config(target.config, torch.finfo(dt).bits // 8)
     cost, report = fit_probe(rows, shape, HardwarePeaks(**hw["peaks"]), grid.holdout_every)
     result = {"fingerprint": fp_now, "grid": asdict(grid), "points": rows, "cost_model": cost.to_dict(), "report": report}

@@ -9,7 +9,7 @@ raw text: earlier turns and answers are simply concatenated.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 
 class PromptBuilder:
@@ -37,6 +37,16 @@ class PromptBuilder:
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def longest_context(self, prompts: Iterable[Mapping[str, Any]], max_new_tokens: int) -> int:
+        """Positions the longest prompt can reach: every turn (earlier answers empty) plus
+        ``max_new_tokens`` per turn, an upper bound that sizes calibration and buffers."""
+        longest = 0
+        for prompt in prompts:
+            turns = list(prompt["turns"])
+            ids = self.encode([(t, "") for t in turns[:-1]], turns[-1])
+            longest = max(longest, len(ids) + max_new_tokens * len(turns))
+        return longest
 
     def stop_ids(self, target: Any) -> list[int]:
         """The tokenizer's EOS plus the model's generation-config EOS ids."""

@@ -11,6 +11,8 @@ goes through one :class:`Engine` object.
 
 from __future__ import annotations
 
+import torch
+
 from bastion.costmodel.model import CostModel, StepOverheads
 from bastion.engines.base import Decoder, VerifyProbe
 from bastion.engines.eager import EagerDecoder, EagerProbe
@@ -19,12 +21,23 @@ from bastion.speculative.tree import TreePolicy
 from dflash import DFlashDraftModel
 
 ENGINES = ("eager", "static", "compiled")
+ENGINE_CHOICES = ("auto", *ENGINES)
+# ``auto`` on a CPU: the engine that measured fastest there for the tiny pair
+# (docs/performance.md, "engine: auto"); on CUDA it is always ``compiled``.
+CPU_ENGINE = "eager"
 
 
 def check_engine(name: str) -> str:
-    if name not in ENGINES:
-        raise ValueError(f"unknown engine {name!r}; choose one of: {', '.join(ENGINES)}")
+    if name not in ENGINE_CHOICES:
+        raise ValueError(f"unknown engine {name!r}; choose one of: {', '.join(ENGINE_CHOICES)}")
     return name
+
+
+def resolve_engine(name: str, device: torch.device | str) -> str:
+    """The engine that runs: ``auto`` is the fastest correct one for the device."""
+    if check_engine(name) != "auto":
+        return name
+    return "compiled" if torch.device(device).type == "cuda" else CPU_ENGINE
 
 
 class Engine:
@@ -36,7 +49,7 @@ class Engine:
 
     def __init__(self, name: str, target: Target, drafter: DFlashDraftModel | None, n_max: int,
                  max_context: int = 2048, graphs: bool = True) -> None:
-        self.name = check_engine(name)
+        self.name = resolve_engine(name, target.device)
         self.target, self.drafter = target, drafter
         self.n_max, self.max_context, self.graphs = n_max, max_context, graphs
         self._static = None

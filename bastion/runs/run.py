@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -31,8 +30,9 @@ from bastion.calibration.store import (
 from bastion.data import registry as datasets
 from bastion.data.prompts import PromptBuilder
 from bastion.defaults import METHODS, N_MAX, N_MIN, TOPK
-from bastion.engines.factory import Engine
+from bastion.engines.factory import Engine, resolve_engine
 from bastion.models import registry as models
+from bastion.progress import bar
 from bastion.results import records
 from bastion.speculative.tree import TreePolicy
 
@@ -84,7 +84,7 @@ class DecodeRun:
     output: str | None = None
     cache_dir: str = "cache"
     attn_impl: str = "sdpa"
-    engine: str = "eager"
+    engine: str = "auto"
     n_min: int = N_MIN
     n_max: int = N_MAX
     topk: int = TOPK
@@ -135,6 +135,7 @@ class DecodeRun:
             torch.distributed.init_process_group(backend=backend)
         device = hardware.resolve_device(self.device, local_rank if world > 1 else None)
         dtype = hardware.resolve_dtype(self.dtype, device)
+        self.engine = resolve_engine(self.engine, device)  # auto -> the device's engine, in the fingerprint too
         fp_now = fingerprint.collect(device, dtype, self.attn_impl, self.engine)
         hw_key = fingerprint.hardware_key(fp_now) if self.hardware == "auto" else self.hardware
         cal_path = Path(self.calibration) if self.calibration else calibration_path(self.cache_dir, hw_key, model_name, self.engine)
@@ -159,8 +160,10 @@ class DecodeRun:
                     )
                 drafter.config.block_size = self.block_size
         builder = PromptBuilder(tokenizer, self.enable_thinking)
+        # the longest prompt plus its new tokens sizes the static buffers and the calibration grid
+        self._longest = builder.longest_context(prompts, self.max_new_tokens)
         engine = Engine(self.engine, target, drafter, n_max=max(policy.n_max, policy.budget or 0),
-                        max_context=self.max_new_tokens + 2048)
+                        max_context=max(self._longest, self.max_new_tokens + 2048))
 
         # 3. calibration (adaptive BASTION only): rank 0 makes it, the others wait
         cal = None
@@ -198,13 +201,18 @@ class DecodeRun:
         stops = builder.stop_ids(target)
         todo = [i for i in mine if i not in finished]
         all_recs = list(done_recs)
-        t_start = time.perf_counter()
-        for n_done, idx in enumerate(todo, 1):
+        shown = bar(len(todo), f"decode {'/'.join(methods)}", "prompt", enabled=not self.quiet and rank == 0)
+        tokens = seconds = 0.0
+        for idx in todo:
             prompt_recs = self._decode_prompt(idx, prompts[idx], decoders, methods, builder, stops, base)
             if part:
                 records.append_records(part, prompt_recs)
             all_recs.extend(prompt_recs)
-            log(f"[decode] prompt {idx} done ({n_done}/{len(todo)}, {time.perf_counter() - t_start:.1f}s)")
+            tokens += sum(len(r["output_ids"]) for r in prompt_recs)
+            seconds += sum(r["decode_seconds"] for r in prompt_recs)
+            shown.set_postfix(tok_s=f"{tokens / max(seconds, 1e-9):.1f}", refresh=False)
+            shown.update()
+        shown.close()
 
         # 5. gather, write, summarise
         if world > 1:
@@ -244,9 +252,9 @@ class DecodeRun:
         if rank == 0 and not self.calibration and (self.recalibrate or not path.exists()):
             check_writable(self.cache_dir, path)
             grid_name = self.calib_grid if self.calib_grid != "auto" else ("paper" if device.type == "cuda" else "small")
-            grid = Grid.named(grid_name)
+            grid = Grid.named(grid_name).covering(self._longest)
             log(f"[calibrate] no calibration for ({hw_key}, {model_name}); measuring on {fp_now['device_name']} ({grid_name} grid)")
-            cal = calibrate(model_name, fp_now, grid, engine, policy, log=log, seed=self.seed)
+            cal = calibrate(model_name, fp_now, grid, engine, policy, log=log, seed=self.seed, progress=not self.quiet)
             cal.save(path)
             log(f"[calibrate] wrote {path} ({cal.seconds:.1f}s)")
         if world > 1:

@@ -30,6 +30,8 @@ rule calibrate_latency:
     input:
         model="results/models/{model}.json",
         hardware="results/{hardware}/{model}/hardware.json",
+        # the grid's contexts reach the experiment's longest prompt plus max_new_tokens
+        datasets=expand("results/datasets/{dataset}.jsonl", dataset=DATASETS),
     output:
         report(
             "results/{hardware}/{model}/latency_grid.json",
@@ -38,6 +40,7 @@ rule calibrate_latency:
         ),
     params:
         grid=EXP.get("calibration_grid", "paper"),
+        max_new_tokens=EXP["max_new_tokens"],
         device=EXP.get("device", "auto"),
         dtype=EXP.get("dtype", "auto"),
         attn_impl=config["attn_impl"],

@@ -82,12 +82,13 @@ def _software_fingerprint():
     import torch
 
     from bastion.calibration import fingerprint
+    from bastion.engines.factory import resolve_engine
 
     want_cuda = EXP.get("device", "auto") != "cpu" and torch.cuda.is_available()
     device = torch.device("cuda" if want_cuda else "cpu")
     dtype = {"auto": torch.bfloat16 if want_cuda else torch.float32}.get(EXP.get("dtype", "auto"))
     dtype = dtype or getattr(torch, EXP["dtype"])
-    fp = fingerprint.collect(device, dtype, config["attn_impl"], config["engine"])
+    fp = fingerprint.collect(device, dtype, config["attn_impl"], resolve_engine(config["engine"], device))
     return ";".join(f"{k}={fp[k]}" for k in fingerprint.COMPARED)
 
 
