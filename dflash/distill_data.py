@@ -9,6 +9,12 @@ target's greedy (and some sampled) continuations.
 
     python -m dflash.distill_data --target T --data train.npy --out distill.npy \\
         --prompts 16384 --prompt-len 128 --new-tokens 256 --batch-size 1024
+
+With ``--prompt-file`` (a .jsonl of ``{"turns": [text]}`` records, e.g. function headers
+from ``tools/tiny_pair/train_prompts.py``) the prompts are those texts instead, every one
+continued greedily, plus ``--sampled-copies`` x a random ``--sample-frac`` of them sampled
+at T = 1.  Prompts of different lengths share a batch through left padding (sorted by
+length, so padding stays small); each document is written unpadded.
 """
 
 from __future__ import annotations
@@ -78,12 +84,74 @@ def continue_prompts(
     return docs
 
 
+def load_prompt_file(path: str, tokenizer, max_len: int) -> list[np.ndarray]:
+    """Token ids of each record's first turn (no special tokens), at most ``max_len`` long."""
+    import json
+
+    texts = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                texts.append(json.loads(line)["turns"][0])
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    return [np.asarray(x, dtype=np.int64) for x in ids if 0 < len(x) <= max_len]
+
+
+@torch.no_grad()
+def continue_ragged(
+    model,
+    prompts: list[np.ndarray],
+    sampled: list[bool],
+    new_tokens: int,
+    batch_size: int,
+    pad_id: int,
+    eos_id: int | None,
+    seed: int,
+) -> list[np.ndarray]:
+    """Like ``continue_prompts`` for prompts of different lengths (left padding, mask).
+
+    Returns prompt + continuation per prompt, in the input order; a continuation is cut
+    at the first EOS.
+    """
+    device = next(model.parameters()).device
+    torch.manual_seed(seed)
+    docs: list[np.ndarray | None] = [None] * len(prompts)
+    for mode in (False, True):
+        idx = sorted((i for i in range(len(prompts)) if sampled[i] == mode), key=lambda i: len(prompts[i]))
+        kwargs = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0) if mode else dict(do_sample=False)
+        for start in range(0, len(idx), batch_size):
+            rows = idx[start : start + batch_size]
+            width = max(len(prompts[i]) for i in rows)
+            ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+            att = torch.zeros((len(rows), width), dtype=torch.long)
+            for r, i in enumerate(rows):
+                p = torch.as_tensor(prompts[i])
+                ids[r, width - len(p) :] = p
+                att[r, width - len(p) :] = 1
+            out = model.generate(
+                input_ids=ids.to(device), attention_mask=att.to(device), max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens, pad_token_id=pad_id, **kwargs,
+            ).cpu().numpy()
+            for r, i in enumerate(rows):
+                cont = out[r, width:]
+                if eos_id is not None:
+                    hit = np.nonzero(cont == eos_id)[0]
+                    if hit.size:
+                        cont = cont[: hit[0]]
+                docs[i] = np.concatenate([prompts[i], cont])
+    return docs  # type: ignore[return-value]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM
 
     ap = argparse.ArgumentParser(prog="python -m dflash.distill_data", description=__doc__.splitlines()[0])
     ap.add_argument("--target", required=True, help="target folder or HF repo id")
-    ap.add_argument("--data", required=True, help=".npy of corpus token ids (prompt source)")
+    ap.add_argument("--data", help=".npy of corpus token ids (prompt source for random windows)")
+    ap.add_argument("--prompt-file", help=".jsonl of {turns: [text]} prompts, used instead of random windows")
+    ap.add_argument("--sampled-copies", type=int, default=1,
+                    help="with --prompt-file: each of the --sample-frac prompts is also sampled this many times")
+    ap.add_argument("--max-prompt-tokens", type=int, default=512, help="with --prompt-file: skip longer prompts")
     ap.add_argument("--out", required=True, help="output .npy: documents joined by EOS")
     ap.add_argument("--prompts", type=int, default=16384)
     ap.add_argument("--prompt-len", type=int, default=128)
@@ -100,14 +168,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     model = AutoModelForCausalLM.from_pretrained(args.target, dtype=dtype).to(args.device).eval()
     eos = model.config.eos_token_id
     eos = eos[0] if isinstance(eos, (list, tuple)) else eos
-    tokens = np.load(args.data)
     t0 = time.perf_counter()
-    prompts = sample_prompts(tokens, args.prompts, args.prompt_len, eos, np.random.default_rng(args.seed))
-    docs = continue_prompts(model, prompts, args.new_tokens, args.batch_size, args.sample_frac, eos, args.seed)
+    if args.prompt_file:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(args.target)
+        base = load_prompt_file(args.prompt_file, tok, args.max_prompt_tokens)
+        rng = np.random.default_rng(args.seed)
+        pick = rng.permutation(len(base))[: int(round(args.sample_frac * len(base)))]
+        plist = base + [base[i] for i in pick for _ in range(args.sampled_copies)]
+        flags = [False] * len(base) + [True] * (len(plist) - len(base))
+        pad = model.config.pad_token_id if model.config.pad_token_id is not None else (eos if eos is not None else 0)
+        docs = continue_ragged(model, plist, flags, args.new_tokens, args.batch_size, pad, eos, args.seed)
+        n_prompt = sum(len(p) for p in plist)
+    else:
+        if not args.data:
+            ap.error("give --data (random windows) or --prompt-file")
+        tokens = np.load(args.data)
+        prompts = sample_prompts(tokens, args.prompts, args.prompt_len, eos, np.random.default_rng(args.seed))
+        docs = continue_prompts(model, prompts, args.new_tokens, args.batch_size, args.sample_frac, eos, args.seed)
+        n_prompt = prompts.size
     sep = [] if eos is None else [eos]
     flat = np.concatenate([np.concatenate([d, sep]) for d in docs]).astype(np.int32)
     np.save(args.out, flat)
-    gen = sum(len(d) for d in docs) - prompts.size
+    gen = sum(len(d) for d in docs) - n_prompt
     dt = time.perf_counter() - t0
     print(f"distill: {len(docs)} documents, {gen:,} generated tokens, {flat.size:,} total, {dt:.1f}s ({gen / dt:,.0f} tok/s)")
     return 0

@@ -79,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--weight-decay", type=float, default=0.01)
     g.add_argument("--grad-clip", type=float, default=1.0)
     g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--doc-windows", action="store_true",
+                   help="windows start at a document start (after an EOS), as prompts do at inference")
+    g.add_argument("--max-seconds", type=float, default=0,
+                   help="finish early (save the drafter, validate) once this much training time has passed")
     g = p.add_argument_group("runtime")
     g.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     g.add_argument("--precision", default="auto", help="autocast: auto (bf16 on GPU, fp32 on CPU), bf16, fp32")
@@ -199,8 +203,9 @@ def evaluate(trainer: Trainer, tokens, args: argparse.Namespace) -> dict[str, An
     gen = torch.Generator().manual_seed(args.seed + 1_000_003)
     meter = Meter()
     trainer.drafter.eval()
+    starts = _starts(tokens, trainer, args)
     for _ in range(args.val_batches):
-        ids = td.sample_windows(tokens, args.batch_size, args.seq_len, gen).to(trainer.device)
+        ids = td.sample_windows(tokens, args.batch_size, args.seq_len, gen, starts).to(trainer.device)
         anchors = td.sample_anchors(args.batch_size, args.seq_len, trainer.b, args.anchors_per_seq, gen)
         meter.add(trainer.step(ids, anchors.to(trainer.device)))
     trainer.drafter.train()
@@ -208,6 +213,17 @@ def evaluate(trainer: Trainer, tokens, args: argparse.Namespace) -> dict[str, An
 
 
 # ----------------------------------------------------------------------------- main
+
+
+def _starts(tokens, trainer: Trainer, args: argparse.Namespace):
+    """Document starts for ``--doc-windows`` (None: any offset)."""
+    if not getattr(args, "doc_windows", False):
+        return None
+    eos = trainer.target.config.eos_token_id
+    eos = eos[0] if isinstance(eos, (list, tuple)) else eos
+    if eos is None:
+        raise td.DataError("--doc-windows needs the target's eos_token_id")
+    return td.document_starts(tokens, int(eos), args.seq_len)
 
 
 def _setup_drafter(args, target, tokenizer) -> DFlashDraftModel:
@@ -313,9 +329,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     meter, last = Meter(), None
     tokens_per_step = args.batch_size * args.seq_len
     t0, t_start, step = time.perf_counter(), time.perf_counter(), start
+    starts = _starts(tokens, trainer, args)
+    finished_early = None
     try:
         for step in range(start + 1, args.steps + 1):
-            ids = td.sample_windows(tokens, args.batch_size, args.seq_len, data_gen).to(device, non_blocking=True)
+            if args.max_seconds and time.perf_counter() - t_start > args.max_seconds:
+                finished_early = step - 1
+                print(f"--max-seconds {args.max_seconds:g} reached: finishing at step {step - 1}", flush=True)
+                break
+            ids = td.sample_windows(tokens, args.batch_size, args.seq_len, data_gen, starts).to(device, non_blocking=True)
             anchors = td.sample_anchors(args.batch_size, args.seq_len, b, args.anchors_per_seq, data_gen).to(device)
             res = trainer.step(ids, anchors)
             opt.zero_grad(set_to_none=True)
@@ -348,13 +370,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     elapsed = time.perf_counter() - t_start
     drafter.save_pretrained(str(out / "drafter"))
-    result: dict[str, Any] = {"steps": args.steps, "resumed_from": start, "train": last,
+    result: dict[str, Any] = {"steps": finished_early or args.steps, "resumed_from": start, "train": last,
                               "elapsed_s": elapsed, "drafter": str(out / "drafter")}
     if val_tokens is not None:
         result["val"] = evaluate(trainer, val_tokens, args)
     with open(log_path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps({"step": args.steps, "event": "final", **{k: v for k, v in result.items()}}) + "\n")
-    rows = [("steps", f"{start} -> {args.steps} ({elapsed:.1f} s this run)"),
+    rows = [("steps", f"{start} -> {finished_early or args.steps} ({elapsed:.1f} s this run)"),
             ("drafter", f"{drafter.config.num_hidden_layers} layers, block {b}, taps {drafter.config.target_layer_ids}")]
     if last:
         rows += [("train loss", f"{last['loss']:.4f}"), ("train tau", f"{last['tau']:.3f}"),

@@ -89,16 +89,33 @@ def tokenize_text(text: str, tokenizer, batch: int = 256) -> np.ndarray:
     return np.asarray(out, dtype=np.int64)
 
 
-def sample_windows(tokens: np.ndarray, batch_size: int, seq_len: int, gen: torch.Generator) -> torch.Tensor:
+def document_starts(tokens: np.ndarray, eos_id: int, seq_len: int) -> np.ndarray:
+    """Offsets where a document begins (0 and every position after an EOS) that leave room
+    for a whole window of ``seq_len`` ids."""
+    starts = np.concatenate([[0], np.nonzero(np.asarray(tokens) == eos_id)[0] + 1])
+    starts = starts[starts + seq_len <= len(tokens)]
+    if starts.size == 0:
+        raise DataError(f"no document start leaves room for a window of --seq-len {seq_len}")
+    return starts.astype(np.int64)
+
+
+def sample_windows(tokens: np.ndarray, batch_size: int, seq_len: int, gen: torch.Generator,
+                   starts: np.ndarray | None = None) -> torch.Tensor:
     """Draw ``batch_size`` random windows of ``seq_len`` ids -> LongTensor [B, T].
 
     Random offsets (not fixed chunks) so that every token is seen in every context offset
-    over a long run; ``gen`` makes the draw reproducible and resumable.
+    over a long run; ``gen`` makes the draw reproducible and resumable.  With ``starts``
+    (e.g. ``document_starts``) a window begins at one of those offsets instead, so a
+    document is seen from position 0, as a prompt is at inference.
     """
     n = len(tokens)
     if n < seq_len:
         raise DataError(f"the data has {n} tokens, fewer than one window of --seq-len {seq_len}")
-    starts = torch.randint(0, n - seq_len + 1, (batch_size,), generator=gen).tolist()
+    if starts is not None:
+        pick = torch.randint(0, len(starts), (batch_size,), generator=gen).numpy()
+        starts = np.asarray(starts)[pick].tolist()
+    else:
+        starts = torch.randint(0, n - seq_len + 1, (batch_size,), generator=gen).tolist()
     return torch.from_numpy(np.stack([np.asarray(tokens[s : s + seq_len], dtype=np.int64) for s in starts]))
 
 

@@ -10,7 +10,6 @@ greedy predictions are a simple function a drafter can learn in a few dozen step
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +22,6 @@ from dflash import train_setup as ts
 from dflash.model import DFlashDraftModel
 
 REPO = Path(__file__).resolve().parents[2]
-TOOLS = REPO / "tools" / "tiny_pair"
 VOCAB = 128
 MASK_ID = 1
 
@@ -200,10 +198,8 @@ def test_drafter_config_file_and_soft_labels(pair, tmp_path):
 
 
 def test_train_target_smoke(tmp_path):
-    if str(TOOLS) not in sys.path:
-        sys.path.insert(0, str(TOOLS))
-    import tokenizer as tiny_tokenizer
-    import train_target
+    from tools.tiny_pair import tokenizer as tiny_tokenizer
+    from tools.tiny_pair import train_target
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     corpus = tmp_path / "corpus"

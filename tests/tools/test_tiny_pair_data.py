@@ -15,18 +15,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-TOOLS = REPO / "tools" / "tiny_pair"
 PROMPTS = REPO / "bastion" / "data" / "stdlib-heldout.jsonl"
 
-# The tools are scripts, not a package: import them the way they import
-# each other (their directory on sys.path).
-if str(TOOLS) not in sys.path:
-    sys.path.insert(0, str(TOOLS))
-
-import corpus  # noqa: E402
-import heldout  # noqa: E402
-import heldout_prompts  # noqa: E402
-import tokenizer as tiny_tokenizer  # noqa: E402
+from tools.tiny_pair import corpus, heldout, heldout_prompts
+from tools.tiny_pair import tokenizer as tiny_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ Outputs in ``--out``:
 
 Usage::
 
-    python tools/tiny_pair/corpus.py --out /work/tiny_build/corpus
+    python -m tools.tiny_pair.corpus --out /work/tiny_build/corpus
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-from heldout import HELDOUT_MODULES, heldout_paths
+from tools.tiny_pair.heldout import HELDOUT_MODULES, heldout_paths
 
 EOS = "<|endoftext|>"
 MAX_FILE_BYTES = 1_000_000

@@ -13,7 +13,7 @@ regardless of its own interpreter version.
 
 Usage::
 
-    python tools/tiny_pair/heldout_prompts.py --out bastion/data/stdlib-heldout.jsonl
+    python -m tools.tiny_pair.heldout_prompts --out bastion/data/stdlib-heldout.jsonl
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-from heldout import HELDOUT_MODULES, module_path
+from tools.tiny_pair.heldout import HELDOUT_MODULES, module_path
 
 # Decorators whose functions are not ordinary "write the body" tasks.
 _SKIP_DECORATORS = frozenset(

@@ -1,11 +1,11 @@
 """Install a trained tiny pair as the package data of ``dflash`` (bf16, size-checked).
 
-    python tools/tiny_pair/ship.py --target T/target --drafter D/drafter
+    python -m tools.tiny_pair.ship --target T/target --drafter D/drafter
 
 The target folder (config, safetensors, tokenizer) is copied as is (train_target.py
 saves it in bf16); the drafter is re-saved in bf16 through DFlashDraftModel so the
 shipped files are exactly what ``from_pretrained`` reads.  The whole pair must stay at
-or under 16 MB so the package remains small.
+or under 32 MiB (33,554,432 bytes) so the package remains small.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch
 
 from dflash import DFlashDraftModel
 
-LIMIT = 16 * 1024 * 1024
+LIMIT = 32 * 1024 * 1024
 TARGET_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
 
 

@@ -13,7 +13,7 @@ set: the harness feeds raw text to tokenizers without one.
 
 Usage::
 
-    python tools/tiny_pair/tokenizer.py --corpus /work/tiny_build/corpus \\
+    python -m tools.tiny_pair.tokenizer --corpus /work/tiny_build/corpus \\
         --out /work/tiny_build/tokenizer --vocab-size 4096
 """
 

@@ -15,11 +15,11 @@ perplexity, throughput) and ``train_log.jsonl``.
 
 Usage::
 
-    python tools/tiny_pair/train_target.py --corpus /work/tiny_build/corpus \\
+    python -m tools.tiny_pair.train_target --corpus /work/tiny_build/corpus \\
         --tokenizer /work/tiny_build/tokenizer --out /work/tiny_build/target_run \\
         --steps 2000 --batch-size 64 --seq-len 512
     # size a run first: time a few steps and print tokens/s, then exit
-    python tools/tiny_pair/train_target.py ... --tokens-per-second
+    python -m tools.tiny_pair.train_target ... --tokens-per-second
 """
 
 from __future__ import annotations
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     splits = {s: load_split(corpus, s, tokenizer, tok_dir, out / "tokens") for s in SPLITS}
     t_tok = time.perf_counter() - t_tok
     windows = {s: pack(ids, args.seq_len) for s, ids in splits.items()}
-    print(f"tokens: " + ", ".join(f"{s} {len(v):,}" for s, v in splits.items())
+    print("tokens: " + ", ".join(f"{s} {len(v):,}" for s, v in splits.items())
           + f" ({t_tok:.1f} s incl. tokenization/cache)", flush=True)
 
     torch.manual_seed(args.seed)

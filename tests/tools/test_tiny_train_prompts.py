@@ -1,0 +1,66 @@
+"""tools/tiny_pair/train_prompts.py: drafter-training headers come from the training split only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tools.tiny_pair import corpus, heldout, train_prompts
+
+FUNC = 'def {name}(a, b=1):\n    """{doc}"""\n    return a + b\n'
+SHARED = 'def shared(x):\n    """Copied between modules."""\n    y = x\n    return y\n'
+
+
+def _fake_stdlib(root: Path) -> list[str]:
+    """Held-out modules, training files and a validation file, each with headers."""
+    for name in heldout.HELDOUT_MODULES:
+        path = root.joinpath(*name.split(".")).with_suffix(".py")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tag = name.replace(".", "_")
+        path.write_text(FUNC.format(name=f"held_{tag}", doc=f"held out {tag}") + SHARED)
+    valid = next(f"v{i}.py" for i in range(10_000) if corpus.is_valid_split(f"v{i}.py"))
+    (root / valid).write_text(FUNC.format(name="in_valid", doc="validation only"))
+    trains = [f"t{i}.py" for i in range(60) if not corpus.is_valid_split(f"t{i}.py")][:3]
+    for i, rel in enumerate(trains):
+        body = FUNC.format(name=f"train_{i}", doc=f"training {i}")
+        body += "class K:\n    " + FUNC.format(name=f"_private_{i}", doc="method").replace("\n", "\n    ").rstrip() + "\n"
+        (root / rel).write_text(body + (SHARED if i == 0 else ""))
+    (root / "tests").mkdir()
+    (root / "tests" / "t_x.py").write_text(FUNC.format(name="in_tests", doc="test folder"))
+    return trains
+
+
+def test_train_headers_come_from_training_files_only(tmp_path):
+    root = tmp_path / "lib"
+    trains = _fake_stdlib(root)
+    recs = train_prompts.build_records(root, "train")
+    text = "".join(r["turns"][0] for r in recs)
+    assert {r["file"] for r in recs} == set(trains)
+    assert "held" not in text and "validation only" not in text and "test folder" not in text
+    assert "Copied between modules" not in text  # a held-out header copied into a training file
+    assert sorted(r["function"] for r in recs) == sorted(
+        [f"train_{i}" for i in range(3)] + [f"K._private_{i}" for i in range(3)])
+    for r in recs:
+        assert r["turns"][0].startswith("def ") and r["turns"][0].endswith('"""\n')
+
+
+def test_valid_headers_are_the_validation_files(tmp_path):
+    root = tmp_path / "lib"
+    _fake_stdlib(root)
+    recs = train_prompts.build_records(root, "valid")
+    assert [r["function"] for r in recs] == ["in_valid"]
+    with pytest.raises(ValueError):
+        train_prompts.build_records(root, "heldout")
+
+
+def test_real_stdlib_never_emits_heldout_modules():
+    root = corpus.stdlib_dir()
+    recs = train_prompts.build_records(root, "train")
+    assert len(recs) > 3000
+    held_files = set(corpus.heldout_rel_paths(root))
+    valid_files = {f.rel for f in corpus.collect(root, read=False).valid}
+    files = {r["file"] for r in recs}
+    assert not files & held_files and not files & valid_files
+    banned = train_prompts.heldout_header_texts(root)
+    assert not any(r["turns"][0] in banned for r in recs)
