@@ -66,3 +66,23 @@ class GraphRunner:
         torch.cuda.synchronize(self.device)
         self.capture_seconds += time.perf_counter() - t0
         return graph
+
+
+def read_to_host(src: torch.Tensor, pinned: torch.Tensor, poll: torch.cuda.Event | None) -> list[int]:
+    """``src`` on the host, through the page-locked ``pinned``: waits for all work launched so far.
+
+    With a ``poll`` event the host spins on it instead of blocking in the stream
+    synchronisation, so it notices the copy's end sooner (the GPU is idle from then until
+    the host launches the next graph) at the price of a busy core while it waits.
+    """
+    if src.device.type != "cuda":
+        return src.tolist()
+    pinned.copy_(src, non_blocking=True)
+    if poll is not None:
+        poll.record()
+        while not poll.query():
+            pass
+    else:
+        torch.cuda.current_stream(src.device).synchronize()
+    return pinned.tolist()
+

@@ -28,7 +28,7 @@ import torch
 
 from bastion.defaults import TOPK_LIMIT
 from bastion.engines import compiled, static_attention
-from bastion.engines.graphs import GraphRunner
+from bastion.engines.graphs import GraphRunner, read_to_host
 from bastion.engines.kernels import row_argmax
 from bastion.engines.static_cache import (
     ContextTooLongError,
@@ -270,22 +270,8 @@ class StaticEngine:
         self.length.add_(count + 1)
 
     def read_back(self) -> list[int]:
-        """The readback vector on the host: waits for every step function launched so far.
-
-        With ``spin_read`` the host polls an event instead of blocking in the stream
-        synchronisation, so it notices the copy's end sooner (the GPU is idle from then
-        until the host launches the next graph) at the price of a busy core while it waits.
-        """
-        if self.device.type != "cuda":
-            return self.readback.tolist()
-        self.readback_host.copy_(self.readback, non_blocking=True)
-        if self.spin_read:
-            self.read_event.record()
-            while not self.read_event.query():
-                pass
-        else:
-            torch.cuda.current_stream(self.device).synchronize()
-        return self.readback_host.tolist()
+        """The readback vector on the host: waits for every step function launched so far."""
+        return read_to_host(self.readback, self.readback_host, self.read_event if self.spin_read else None)
 
     def reserve(self, tokens: int, nodes: int) -> None:
         """The latency grid's one allocation (growing later would drop captured graphs)."""

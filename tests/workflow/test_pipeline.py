@@ -89,7 +89,7 @@ def test_fingerprint_change_reruns_calibration_and_decoding(work):
 
 
 def test_library_source_change_reruns_calibration_and_decoding(work):
-    src = work / "bastion" / "tree.py"
+    src = work / "bastion" / "speculative" / "tree.py"
     original = src.read_bytes()
     try:
         src.write_bytes(original + b"\n# an edit to the tree code\n")
@@ -99,6 +99,28 @@ def test_library_source_change_reruns_calibration_and_decoding(work):
     finally:
         src.write_bytes(original)
     assert planned(work, "--", "figures/speedup_table.pdf") == {}  # same content again: nothing to do
+
+
+def test_code_hashes_follow_subpackage_folders(work):
+    """A new module in the report layer reruns the figures only; one in a new subpackage reruns decoding."""
+    report_mod = work / "bastion" / "report" / "_new_helper.py"
+    new_pkg = work / "bastion" / "newlayer"
+    try:
+        report_mod.write_text("X = 1\n")
+        plan = planned(work, "--", "figures/speedup_table.pdf")
+        assert plan.get("make_speedup_table") == 1 and plan.get("aggregate_results") == 1
+        assert "decode" not in plan and "calibrate_latency" not in plan
+        report_mod.unlink()
+        new_pkg.mkdir()
+        (new_pkg / "__init__.py").write_text("")
+        plan = planned(work, "--", "figures/speedup_table.pdf")
+        assert plan.get("calibrate_latency") == 1 and plan.get("decode") == 12
+    finally:
+        report_mod.unlink(missing_ok=True)
+        if new_pkg.exists():
+            (new_pkg / "__init__.py").unlink()
+            new_pkg.rmdir()
+    assert planned(work, "--", "figures/speedup_table.pdf") == {}
 
 
 def test_sample_count_change_reruns_that_dataset_only(work, tmp_path):
