@@ -145,16 +145,22 @@ def section_profile(rep, engines, prompts, out):
         rep.add("profile", {"engine": name, "context": ctx, "table": f"profile_{name}.txt"})
 
 
-def section_calib(rep, target, engine, grid_name, out):
+def section_calib(rep, target, engine, grid_name, out, context=0):
     t0 = time.perf_counter()
-    grid = Grid.named(grid_name)
-    rows = probe_grid(engine, grid)
+    grid = Grid.named(grid_name).covering(context)
+    rows = probe_grid(engine, grid, progress=True)
     shape = ModelShape.from_config(target.config, torch.finfo(target.dtype).bits // 8)
     cost, report = fit_probe(rows, shape, measure_peaks(target.device, target.dtype), grid.holdout_every)
     (out / "static_calibration_points.json").write_text(json.dumps(rows))
     rep.add("calib", {"grid": grid_name, "points": len(rows), "seconds": round(time.perf_counter() - t0, 1),
                       "params": cost.to_dict()["params"], **{k: round(v, 4) if isinstance(v, float) else v
                                                                for k, v in report.items()}})
+    for c in grid.c_values:  # held-out error per context length: long contexts must not be extrapolated
+        held = [r for r in rows if r["c"] == c and r["heldout"]]
+        errs = [abs(r["predicted_s"] - r["latency_s"]) / r["latency_s"] for r in held]
+        if errs:
+            rep.add("calib_by_context", {"context": c, "heldout_points": len(errs),
+                                         "heldout_mape": round(statistics.mean(errs), 4), "heldout_max_ape": round(max(errs), 4)})
     return cost
 
 
@@ -216,6 +222,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default="1,2,4,8,16,32,64,128,192,256,384,512,768,1024")
     ap.add_argument("--sections", default="ar,curve,overhead,calib,equiv,tiny")
     ap.add_argument("--grid", default="paper")
+    ap.add_argument("--calib-context", type=int, default=0, help="calib: extend the grid's contexts to reach this length")
     ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--out", default="results/static_engine")
@@ -261,7 +268,7 @@ def main(argv=None) -> int:
             elif sec == "profile":
                 section_profile(rep, engines, prompts, out)
             elif sec == "calib":
-                cost = section_calib(rep, target, engine, args.grid, out)
+                cost = section_calib(rep, target, engine, args.grid, out, args.calib_context)
             elif sec == "equiv":
                 section_equiv(rep, target, drafter, engines, prompts, args.tokens, cost)
             elif sec == "tiny":
