@@ -95,11 +95,11 @@ def head_config_for(target_cfg: Any, draft_vocab: int, layer_ids: list[int] | No
     return Eagle3Config(layers=layers, draft_vocab_size=draft_vocab, target_layer_ids=layer_ids)
 
 
-def ttt_losses(head: Eagle3Head, feats: torch.Tensor, ids: torch.Tensor, logits: torch.Tensor,
-               steps: int) -> tuple[list[torch.Tensor], list[float]]:
-    """Per-step losses and argmax accuracies of one unrolled batch.
+def ttt_forward(head: Eagle3Head, feats: torch.Tensor, ids: torch.Tensor, steps: int) -> list[torch.Tensor]:
+    """Unroll the head ``steps`` times; return each step's output states [B, T, H].
 
-    feats [B, T, 3*Ht] target features, ids [B, T] tokens, logits [B, T, V] target logits.
+    feats [B, T, 3*Ht] target features, ids [B, T] tokens.  Step ``k`` at position ``t``
+    equals a depth-``k`` tree node after committed context ``0..t`` (see module docstring).
     """
     b, t_len, _ = feats.shape
     attn, layer = head.midlayer.self_attn, head.midlayer
@@ -108,10 +108,9 @@ def ttt_losses(head: Eagle3Head, feats: torch.Tensor, ids: torch.Tensor, logits:
     pos = torch.arange(t_len, device=feats.device)
     causal = pos[None, :] <= pos[:, None]  # [T, T]
     feature = head.project(feats)  # [B, T, H]
-    t2d = head.t2d
     keys: list[torch.Tensor] = []  # per step [B, nh, T, D]
     vals: list[torch.Tensor] = []
-    losses, accs = [], []
+    outs = []
     for k in range(steps):
         tok = torch.zeros_like(ids)
         tok[:, : t_len - 1 - k] = ids[:, 1 + k :]  # token t+1+k
@@ -122,7 +121,7 @@ def ttt_losses(head: Eagle3Head, feats: torch.Tensor, ids: torch.Tensor, logits:
         vv = attn.v_proj(x).view(b, t_len, nkv, d).transpose(1, 2).repeat_interleave(rep, 1)
         keys.append(kk)
         vals.append(vv)
-        s0 = (q @ keys[0].transpose(-1, -2)) * d**-0.5  # [B, nh, T, T]
+        s0 = (q @ keys[0].transpose(-1, -2)) * d**-0.5  # [B, nh, T, T] committed context
         s0 = s0.masked_fill(~causal, float("-inf"))
         diag = [((q * kj).sum(-1) * d**-0.5)[..., None] for kj in keys[1:]]  # own chain, [B, nh, T, 1]
         p = torch.softmax(torch.cat([s0, *diag], dim=-1).float(), dim=-1).to(q.dtype)
@@ -131,6 +130,18 @@ def ttt_losses(head: Eagle3Head, feats: torch.Tensor, ids: torch.Tensor, logits:
             out = out + p[..., t_len + j : t_len + j + 1] * vj
         h = feature + attn.o_proj(out.transpose(1, 2).reshape(b, t_len, nh * d))
         h = h + layer.mlp(layer.post_attention_layernorm(h))
+        outs.append(h)
+        feature = h  # the head's own output feeds the next step
+    return outs
+
+
+def ttt_losses(head: Eagle3Head, feats: torch.Tensor, ids: torch.Tensor, logits: torch.Tensor,
+               steps: int) -> tuple[list[torch.Tensor], list[float]]:
+    """Per-step soft cross-entropies and argmax accuracies; logits [B, T, V] of the target."""
+    b, t_len, _ = feats.shape
+    t2d = head.t2d
+    losses, accs = [], []
+    for k, h in enumerate(ttt_forward(head, feats, ids, steps)):
         with torch.no_grad():
             tgt = torch.zeros_like(logits)
             tgt[:, : t_len - 1 - k] = logits[:, 1 + k :]  # target distribution at t+1+k
@@ -139,11 +150,9 @@ def ttt_losses(head: Eagle3Head, feats: torch.Tensor, ids: torch.Tensor, logits:
             valid &= t2d[tgt.argmax(-1)]
             p_tgt = torch.softmax(tgt[..., t2d].float(), dim=-1)  # [B, T, Vd]
         logp = torch.log_softmax(head.logits(h).float(), dim=-1)
-        per_pos = -(p_tgt * logp).sum(-1)
         n = valid.sum().clamp(min=1)
-        losses.append((per_pos * valid).sum() / n)
+        losses.append((-(p_tgt * logp).sum(-1) * valid).sum() / n)
         accs.append(float(((logp.argmax(-1) == p_tgt.argmax(-1)) & valid).sum() / n))
-        feature = h  # the head's own output feeds the next step
     return losses, accs
 
 

@@ -262,6 +262,27 @@ def test_tree_is_valid_and_follows_the_greedy_chain(tmp_path, target_embed):
     assert len(tree2) == 10 and cache.length == m + 3
 
 
+def test_training_time_test_matches_tree_inference(tmp_path, target_embed):
+    """Unrolled step k at position t == a depth-k chain after committed context 0..t."""
+    from dflash.eagle3.train import ttt_forward
+
+    write_head(tmp_path / "h", "llama31", "eagle", seed=7)
+    head = load_eagle3(str(tmp_path / "h"), target_config("llama31"))
+    head.attach_target_embeddings(target_embed)
+    g = torch.Generator().manual_seed(8)
+    t_len, steps, t = 16, 3, 6
+    feats, ids = torch.randn(1, t_len, 3 * H, generator=g), torch.randint(0, V, (1, t_len), generator=g)
+    with torch.no_grad():
+        outs = ttt_forward(head, feats, ids, steps)
+        cache = head.new_cache()
+        h = extend_context(head, cache, feats[0, : t + 1], ids[0, 1 : t + 2])[:, -1:]
+        torch.testing.assert_close(h[0, 0], outs[0][0, t], atol=1e-5, rtol=1e-5)
+        for k in range(1, steps):
+            h = head(h, ids[:, t + 1 + k : t + 2 + k], torch.tensor([[t + k]]), None, cache)
+            cache.commit()
+            torch.testing.assert_close(h[0, 0], outs[k][0, t], atol=1e-5, rtol=1e-5)
+
+
 def test_trainer_reduces_loss_and_saves_a_loadable_head(tmp_path):
     from dflash.eagle3 import train
 
@@ -275,11 +296,11 @@ def test_trainer_reduces_loss_and_saves_a_loadable_head(tmp_path):
     data = np.tile(rng.integers(0, V, size=50), 40)  # a repeating corpus the head can learn
     np.save(tmp_path / "ids.npy", data)
     res = train.main(["--target", str(tmp_path / "target"), "--data", str(tmp_path / "ids.npy"),
-                      "--out", str(tmp_path / "run"), "--steps", "25", "--batch-size", "4", "--seq-len", "32",
+                      "--out", str(tmp_path / "run"), "--steps", "40", "--batch-size", "8", "--seq-len", "32",
                       "--ttt-steps", "3", "--draft-vocab-size", "120", "--lr", "3e-3", "--device", "cpu",
                       "--log-every", "0"])
     losses = [r["loss"] for r in res["history"]]
-    assert np.mean(losses[-5:]) < 0.8 * np.mean(losses[:3]), losses
+    assert np.mean(losses[-10:]) < 0.7 * np.mean(losses[:5]), losses
     head = load_eagle3(res["head_dir"], tcfg)
     assert head.config.draft_vocab_size == 120 and int(head.t2d.sum()) == 120
     assert res["layer_ids"] == default_eagle3_layer_ids(LAYERS)
