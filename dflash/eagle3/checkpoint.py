@@ -33,6 +33,8 @@ from .model import Eagle3Head
 
 WEIGHTS_NAME = "model.safetensors"
 LAYOUTS = ("eagle", "angelslim")
+# The reference release ships pytorch_model.bin; others ship safetensors.
+PATTERNS = ("config.json", "*.safetensors", "*.safetensors.index.json", "*.bin", "*.bin.index.json")
 
 
 class Eagle3CheckpointError(CheckpointError):
@@ -94,7 +96,7 @@ def load_eagle3(
     10000 and no scaling, which is what it was trained with); ``rope="target"`` copies the
     target's ``rope_parameters`` (incl. ``llama3`` scaling) into the head.
     """
-    folder = resolve_checkpoint_dir(name_or_path, cache_dir)
+    folder = resolve_checkpoint_dir(name_or_path, cache_dir, allow_patterns=PATTERNS)
     if not (folder / "config.json").exists():
         raise Eagle3CheckpointError(f"{folder} has no config.json")
     try:

@@ -304,3 +304,31 @@ def test_trainer_reduces_loss_and_saves_a_loadable_head(tmp_path):
     head = load_eagle3(res["head_dir"], tcfg)
     assert head.config.draft_vocab_size == 120 and int(head.t2d.sum()) == 120
     assert res["layer_ids"] == default_eagle3_layer_ids(LAYERS)
+
+
+def test_reference_release_bin_weights_load(tmp_path):
+    """The EAGLE release ships pytorch_model.bin; same tensors, read without safetensors."""
+    write_head(tmp_path / "s", "llama31", "eagle", seed=9)
+    folder = tmp_path / "b"
+    folder.mkdir()
+    (folder / "config.json").write_text((tmp_path / "s" / "config.json").read_text())
+    torch.save(load_file(str(tmp_path / "s" / "model.safetensors")), folder / "pytorch_model.bin")
+    head = load_eagle3(str(folder), target_config("llama31"))
+    torch.testing.assert_close(head.lm_head.weight, random_weights(9, embed=False)["lm_head.weight"])
+
+
+def test_cache_keep_and_crop():
+    from dflash.eagle3.model import Eagle3KVCache
+
+    cache = Eagle3KVCache()
+    k = torch.arange(6.0).view(1, 1, 6, 1).expand(1, 2, 6, 3).contiguous()
+    cache.extend(k, -k)
+    cache.commit()
+    cache.extend(k[:, :, :2] + 100, k[:, :, :2])  # speculative
+    assert (cache.length, cache.total) == (6, 8)
+    cache.keep([0, 2, 6])  # e.g. two context entries and one accepted speculative entry
+    assert (cache.length, cache.total) == (3, 3)
+    kk, _ = cache.extend(k[:, :, :1], k[:, :, :1])
+    assert kk[0, 0, :, 0].tolist() == [0.0, 2.0, 100.0, 0.0]
+    cache.crop(2)
+    assert (cache.length, cache.total) == (2, 2)
