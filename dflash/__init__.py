@@ -23,6 +23,7 @@ __all__ = [
     "default_eagle3_layer_ids",
     "default_target_layer_ids",
     "draft_tree",
+    "eagle3_layer_ids",
     "load_eagle3",
     "save_eagle3",
 ]
@@ -34,6 +35,7 @@ _WHERE = {
     "default_target_layer_ids": ".config",
     "Eagle3Config": ".eagle3.config",
     "default_eagle3_layer_ids": ".eagle3.config",
+    "eagle3_layer_ids": ".eagle3.config",
     "Eagle3Head": ".eagle3.model",
     "Eagle3KVCache": ".eagle3.model",
     "Eagle3CheckpointError": ".eagle3.checkpoint",

@@ -54,6 +54,16 @@ def default_eagle3_layer_ids(num_target_layers: int) -> list[int]:
     return ids
 
 
+def eagle3_layer_ids(config: "Eagle3Config", target_config: Any) -> list[int]:
+    """Output-of-layer ids to pass to ``Target.set_feature_layers`` for this head and target.
+
+    Explicit ids in the head's config win; otherwise the reference taps.  Feature ``i`` of
+    the concatenation fed to ``fc`` is HF ``hidden_states[ids[i] + 1]``.
+    """
+    text = getattr(target_config, "text_config", None) or target_config
+    return config.layer_ids(int(text.num_hidden_layers))
+
+
 @dataclass
 class Eagle3Config:
     """Llama layer hyper-parameters (``layers``) plus the EAGLE-3 fields."""

@@ -332,3 +332,19 @@ def test_cache_keep_and_crop():
     assert kk[0, 0, :, 0].tolist() == [0.0, 2.0, 100.0, 0.0]
     cache.crop(2)
     assert (cache.length, cache.total) == (2, 2)
+
+
+def test_rope_from_target_and_explicit_layer_ids(tmp_path):
+    from dflash import eagle3_layer_ids
+
+    def plain(cfg, w):  # the reference Llama-3.1 head config names no RoPE settings at all
+        cfg.pop("rope_theta"), cfg.pop("rope_scaling")
+        cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [1, 3, 6]}
+
+    write_head(tmp_path / "h", "llama31", "eagle", edit=plain)
+    own = load_eagle3(str(tmp_path / "h"), target_config("llama31"))
+    assert own.config.layers.rope_parameters["rope_theta"] == 10000.0  # what EAGLE/SGLang run
+    adopted = load_eagle3(str(tmp_path / "h"), target_config("llama31"), rope="target")
+    assert adopted.config.layers.rope_parameters["rope_type"] == "llama3"
+    torch.testing.assert_close(adopted.rotary_emb.inv_freq, inv_freq(head_json("llama31", "eagle")))
+    assert eagle3_layer_ids(own.config, target_config("llama31")) == [1, 3, 6]  # SGLang ids: as they are
