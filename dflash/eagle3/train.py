@@ -35,7 +35,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from transformers import LlamaConfig
 
 from .. import train_data as td
