@@ -1,4 +1,4 @@
-"""``python -m bastion.benchmark``: AR vs DFlash vs BASTION on one dataset.
+"""``python -m bastion.benchmark``: AR vs EAGLE-3 vs DFlash vs BASTION on one dataset.
 
 Flags follow the original release (``--model``, ``--draft-model``, ``--dataset``,
 ``--max-samples``, ``--max-new-tokens``, ``--temperature``, ``--block-size``,
@@ -17,14 +17,14 @@ from typing import Any, Sequence
 import torch
 
 from bastion.data import registry as datasets
-from bastion.defaults import METHODS, N_MAX, N_MIN, TOPK
+from bastion.defaults import EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS, METHODS, N_MAX, N_MIN, TOPK
 from bastion.engines.factory import ENGINES
 from bastion.models import registry as models
 from bastion.runs.run import DecodeRun, parse_methods, parse_shard
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bastion.benchmark", description="BASTION benchmark: AR vs DFlash vs BASTION")
+    p = argparse.ArgumentParser(prog="python -m bastion.benchmark", description="BASTION benchmark: AR vs EAGLE-3 vs DFlash vs BASTION")
     p.add_argument("--backend", choices=["transformers"], default="transformers", help="decoding backend (only transformers)")
     p.add_argument("--model", required=True, help=f"target: registry key, local folder or HF repo id. Registry: {models.registry_help()}")
     p.add_argument("--draft-model", default=None, help="drafter folder or repo id (default: the registered drafter of --model)")
@@ -58,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-seed", type=int, default=datasets.DEFAULT_SEED, help="seed of the --max-samples subset")
     p.add_argument("--shard", default=None, help="I/N: decode only prompts with index %% N == I")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--eagle3-model", default=None, metavar="PATH_OR_REPO",
+                   help="EAGLE-3 head folder or repo id (default: the registered head of --model)")
+    p.add_argument("--eagle3-depth", type=int, default=EAGLE3_DEPTH, help="EAGLE-3: tree expansion rounds")
+    p.add_argument("--eagle3-topk", type=int, default=EAGLE3_TOPK, help="EAGLE-3: nodes expanded per round and children per node")
+    p.add_argument("--eagle3-total-tokens", type=int, default=EAGLE3_TOTAL_TOKENS,
+                   help="EAGLE-3: tree size verified per step, root included")
     return p
 
 
