@@ -78,7 +78,8 @@ def resolve(model: str, draft_model: str | None = None) -> tuple[str, str | None
 def resolve_eagle3(model: str, eagle3_model: str | None = None) -> str | None:
     """The EAGLE-3 head for ``--model``: ``eagle3_model`` if given, else the registered one (or None)."""
     if eagle3_model:
-        return _materialise(eagle3_model)
+        pair = PAIRS.get(eagle3_model)
+        return _materialise(pair.eagle3 if pair is not None and pair.eagle3 else eagle3_model)
     for key, pair in PAIRS.items():
         if model in (key, pair.target) and pair.eagle3:
             return _materialise(pair.eagle3)

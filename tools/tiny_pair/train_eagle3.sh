@@ -17,7 +17,7 @@
 set -euo pipefail
 WORK=${1:-/tmp/tiny_eagle3}
 TARGET=$(python -c 'from bastion.models.registry import tiny_dir; print(tiny_dir("target"))')
-STEPS=${EAGLE3_STEPS:-400}
+STEPS=${EAGLE3_STEPS:-300}
 mkdir -p "$WORK"
 
 # 1. corpus text and its token ids
@@ -35,14 +35,14 @@ np.save(f"{work}/train_ids.npy", ids.astype(np.int32))
 print(f"corpus: {ids.size:,} tokens")
 PY
 
-# 2. the target's own continuations: 1024 prompts of 48 tokens, 192 new tokens, 10 % sampled
+# 2. the target's own continuations: 256 prompts of 48 tokens, 160 new tokens, 10 % sampled
 python -m dflash.distill_data --target "$TARGET" --data "$WORK/train_ids.npy" --out "$WORK/distill.npy" \
-    --prompts 1024 --prompt-len 48 --new-tokens 192 --batch-size 256 --sample-frac 0.1 --seed 0 --device cpu --dtype float32
+    --prompts 256 --prompt-len 48 --new-tokens 160 --batch-size 64 --sample-frac 0.1 --seed 0 --device cpu --dtype float32
 
 # 3. the head
 python -m dflash.eagle3.train --target "$TARGET" --data "$WORK/distill.npy" --out "$WORK/run" \
     --target-layer-ids 0,2,4 --draft-vocab-size 1024 --intermediate-size 384 \
-    --ttt-steps 7 --steps "$STEPS" --batch-size 8 --seq-len 192 --lr 2e-3 --seed 0 \
+    --ttt-steps 7 --steps "$STEPS" --batch-size 8 --seq-len 160 --lr 2e-3 --seed 0 \
     --device cpu --target-dtype fp32 --log-every 50
 
 # 4. ship it in bf16 (d2t / t2d keep their integer / bool types)
