@@ -14,12 +14,7 @@ vector.  A step is six functions, each captured per shape key by :class:`GraphRu
     verify  (n, kv window)    tree mask, target forward, proposals (T = 0) or logits
     commit  (n)               acceptance walk, KV compaction, next root, readback
 
-EAGLE-3 (``draft_eagle3``) is the exception: its head runs several times a step with a
-data-dependent top-k and a context that grows by the accepted count the host has just
-read, so it drafts eagerly, outside the graphs, after the step's read, and writes its
-tree into the tree buffers.  The tree always has the same node count
-(:meth:`Eagle3Policy.tree_size <bastion.speculative.methods.Eagle3Policy.tree_size>`), so
-verify and commit replay one graph per attention window, tapping the head's layers.
+EAGLE-3 drafts eagerly instead, outside the graphs (:mod:`bastion.engines.static_eagle3`).
 
 None of them reads a device value on the host, so a step has one host synchronisation:
 the decoder's read of the readback vector (the previous step's tokens and this step's
@@ -34,7 +29,7 @@ from typing import Callable
 import torch
 
 from bastion.defaults import TOPK_LIMIT
-from bastion.engines import compiled, static_attention
+from bastion.engines import compiled, static_attention, static_eagle3
 from bastion.engines.graphs import GraphRunner
 from bastion.engines.kernels import row_argmax
 from bastion.engines.static_cache import (
@@ -84,15 +79,9 @@ class StaticEngine:
         self.spin_read = True
         self.block = drafter.block_size if drafter is not None else 1
         self.e3_size = eagle3.tree_size if eagle3 is not None else 0  # nodes of every EAGLE-3 tree
-        # readback width: root + the longest accepted path of any method this engine runs
-        self.read_width = max(self.block, eagle3.path_width if eagle3 is not None else 1)
+        self.read_width = max(self.block, eagle3.path_width if eagle3 is not None else 1)  # root + longest path
         self.n_max = max(int(n_max), self.block, self.e3_size)
-        # the target layers each drafter reads (verify/commit take the name; True = the DFlash drafter)
-        self.tap_sets: dict[str, list[int]] = {}
-        if drafter is not None:
-            self.tap_sets["dflash"] = list(drafter.target_layer_ids)
-        if eagle3 is not None:
-            self.tap_sets["eagle3"] = list(eagle3.layer_ids)
+        self.tap_sets = static_eagle3.tap_sets(drafter, eagle3)  # by name; verify's features=True means "dflash"
         self.runner = GraphRunner(self.device, enabled=graphs)
         # grouped-query tree attention without per-head K/V copies (sdpa targets only)
         self.attention = static_attention.register() if target.attn_impl == "sdpa" else None
@@ -151,9 +140,7 @@ class StaticEngine:
             self.paths = {k: torch.zeros(m, **long) for k in ("depth", "local", "par_local", "rank")}
             self.block_ids = torch.full((b,), int(d.mask_token_id), **long)
         if self.eagle3 is not None:
-            e3_dim = len(self.eagle3.layer_ids) * int(cfg.hidden_size)
-            self.e3_features = torch.zeros(n, e3_dim, dtype=self.dtype, device=dev)  # verifier's states at the head's taps
-            self.e3_pend = torch.zeros(rw, e3_dim, dtype=self.dtype, device=dev)  # root + accepted nodes' states
+            static_eagle3.allocate(self, n, rw)
 
     def ensure_capacity(self, need: int, nodes: int = 0) -> None:
         """Grow the buffers for a longer context (or larger trees); graphs on the old ones are dropped."""
@@ -217,19 +204,8 @@ class StaticEngine:
         return self.target.logits(h[0, 1:])
 
     def draft_eagle3(self, cache, feats: torch.Tensor, next_tokens: torch.Tensor) -> None:
-        """EAGLE-3's tree into the tree buffers (eager: the head's calls and its top-k are data-dependent).
-
-        ``feats`` [m, F] and ``next_tokens`` [m] are the pairs entering the head's context
-        (the prompt's at the first step, then the last step's root and accepted drafts).
-        """
-        tree = self.eagle3.tree(cache, feats, next_tokens)
-        n = tree.size
-        if n != self.e3_size:
-            raise RuntimeError(f"EAGLE-3 drafted {n} nodes, expected {self.e3_size}")
-        self.tree_tokens[:n].copy_(tree.tokens)
-        self.tree_parents[:n].copy_(tree.parents)
-        self.tree_depths[:n].copy_(tree.depths)
-        self.tree_anc[:n, :n].copy_(tree.ancestors)
+        """EAGLE-3's tree after the pairs ``feats`` [m, F], ``next_tokens`` [m] into the tree buffers (eager)."""
+        static_eagle3.draft(self, cache, feats, next_tokens)
 
     def select(self, temperature: float) -> None:
         """Each depth's top-k draft log-probabilities at the sampling temperature (1 for greedy)."""
@@ -268,8 +244,7 @@ class StaticEngine:
     def verify(self, n: int, kv: int, greedy: bool, features: bool | str) -> None:
         """Target forward over the ``n`` tree nodes with a [n, kv] mask; proposals or logits out.
 
-        ``features``: tap nothing (False), the DFlash drafter's layers (True / "dflash") or
-        the EAGLE-3 head's ("eagle3"); a graph is captured per value.
+        ``features``: False, True / "dflash" or "eagle3" (whose layers to tap; a graph per value).
         """
         taps = self.taps(features)
         features = taps is not None

@@ -17,7 +17,7 @@
 set -euo pipefail
 WORK=${1:-/tmp/tiny_eagle3}
 TARGET=$(python -c 'from bastion.models.registry import tiny_dir; print(tiny_dir("target"))')
-STEPS=${EAGLE3_STEPS:-300}
+STEPS=${EAGLE3_STEPS:-120}
 mkdir -p "$WORK"
 
 # 1. corpus text and its token ids
