@@ -36,7 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--enable-thinking", action="store_true", help="chat template thinking mode (refused for the Qwen3 drafters)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"])
-    p.add_argument("--methods", default=",".join(METHODS), help=f"comma list of {', '.join(METHODS)}")
+    p.add_argument("--methods", default=None,
+                   help=f"comma list of {', '.join(METHODS)} (default: all; eagle3 only when --model has a "
+                        "registered EAGLE-3 head or --eagle3-model is given)")
     p.add_argument("--output", default=None, help="write one JSON record per (prompt, turn, method) to this .jsonl")
     p.add_argument("--cache-dir", default="cache", help="calibration (and prepared dataset) cache directory")
     p.add_argument("--attn-impl", default="sdpa", choices=["sdpa", "eager"])
@@ -71,6 +73,9 @@ def run_from_args(args: argparse.Namespace) -> DecodeRun:
     """The flags as a :class:`DecodeRun` (the flag names are its field names)."""
     fields = vars(args).copy()
     fields.pop("backend")
+    if fields["methods"] is None:  # every method this pair can run
+        has_head = models.resolve_eagle3(fields["model"], fields["eagle3_model"]) is not None
+        fields["methods"] = tuple(m for m in METHODS if m != "eagle3" or has_head)
     fields["methods"] = parse_methods(fields["methods"])
     fields["shard"] = parse_shard(fields["shard"])
     return DecodeRun(**fields)

@@ -70,8 +70,9 @@ def test_mismatched_head_is_one_line_error(pair, tmp_path, capsys):
     rc = benchmark.main(["--model", str(target), "--dataset", str(data), "--methods", "ar,eagle3", "--device", "cpu",
                          "--eagle3-model", str(wide), "--cache-dir", str(tmp_path)])
     assert rc == 2
-    err = capsys.readouterr().err.strip()
-    assert "\n" not in err and err.startswith("error: EAGLE-3 head")
+    errors = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: EAGLE-3 head")  # one line
+    err = errors[0]
     assert str(wide) in err and str(target) in err and "fc.weight" in err
 
 
