@@ -1,4 +1,4 @@
-"""``python -m bastion.benchmark``: AR vs DFlash vs BASTION on one dataset.
+"""``python -m bastion.benchmark``: AR vs EAGLE-3 vs DFlash vs BASTION on one dataset.
 
 Flags follow the original release (``--model``, ``--draft-model``, ``--dataset``,
 ``--max-samples``, ``--max-new-tokens``, ``--temperature``, ``--block-size``,
@@ -17,14 +17,14 @@ from typing import Any, Sequence
 import torch
 
 from bastion.data import registry as datasets
-from bastion.defaults import METHODS, N_MAX, N_MIN, TOPK
+from bastion.defaults import EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS, METHODS, N_MAX, N_MIN, TOPK
 from bastion.engines.factory import ENGINE_CHOICES
 from bastion.models import registry as models
 from bastion.runs.run import DecodeRun, parse_methods, parse_shard
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bastion.benchmark", description="BASTION benchmark: AR vs DFlash vs BASTION")
+    p = argparse.ArgumentParser(prog="python -m bastion.benchmark", description="BASTION benchmark: AR vs EAGLE-3 vs DFlash vs BASTION")
     p.add_argument("--backend", choices=["transformers"], default="transformers", help="decoding backend (only transformers)")
     p.add_argument("--model", required=True, help=f"target: registry key, local folder or HF repo id. Registry: {models.registry_help()}")
     p.add_argument("--draft-model", default=None, help="drafter folder or repo id (default: the registered drafter of --model)")
@@ -36,7 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--enable-thinking", action="store_true", help="chat template thinking mode (refused for the Qwen3 drafters)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"])
-    p.add_argument("--methods", default=",".join(METHODS), help=f"comma list of {', '.join(METHODS)}")
+    p.add_argument("--methods", default=None,
+                   help=f"comma list of {', '.join(METHODS)} (default: all; eagle3 only when --model has a "
+                        "registered EAGLE-3 head or --eagle3-model is given)")
     p.add_argument("--output", default=None, help="write one JSON record per (prompt, turn, method) to this .jsonl")
     p.add_argument("--cache-dir", default="cache", help="calibration (and prepared dataset) cache directory")
     p.add_argument("--attn-impl", default="sdpa", choices=["sdpa", "eager"])
@@ -59,6 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-seed", type=int, default=datasets.DEFAULT_SEED, help="seed of the --max-samples subset")
     p.add_argument("--shard", default=None, help="I/N: decode only prompts with index %% N == I")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--eagle3-model", default=None, metavar="PATH_OR_REPO",
+                   help="EAGLE-3 head folder or repo id (default: the registered head of --model)")
+    p.add_argument("--eagle3-depth", type=int, default=EAGLE3_DEPTH, help="EAGLE-3: tree expansion rounds")
+    p.add_argument("--eagle3-topk", type=int, default=EAGLE3_TOPK, help="EAGLE-3: nodes expanded per round and children per node")
+    p.add_argument("--eagle3-total-tokens", type=int, default=EAGLE3_TOTAL_TOKENS,
+                   help="EAGLE-3: tree size verified per step, root included")
     return p
 
 
@@ -66,6 +74,9 @@ def run_from_args(args: argparse.Namespace) -> DecodeRun:
     """The flags as a :class:`DecodeRun` (the flag names are its field names)."""
     fields = vars(args).copy()
     fields.pop("backend")
+    if fields["methods"] is None:  # every method this pair can run
+        has_head = models.resolve_eagle3(fields["model"], fields["eagle3_model"]) is not None
+        fields["methods"] = tuple(m for m in METHODS if m != "eagle3" or has_head)
     fields["methods"] = parse_methods(fields["methods"])
     fields["shard"] = parse_shard(fields["shard"])
     return DecodeRun(**fields)

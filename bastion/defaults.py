@@ -11,7 +11,7 @@ from typing import Any
 
 # Decoding methods, in the order they run on a prompt: AR first, since later turns of a
 # multi-turn prompt reuse AR's answer as history.
-METHODS: tuple[str, ...] = ("ar", "dflash", "bastion")
+METHODS: tuple[str, ...] = ("ar", "eagle3", "dflash", "bastion")
 BASELINE = "ar"
 
 # BASTION's tree policy (the paper's values; n_min is sized for GPUs, where a verification
@@ -21,6 +21,12 @@ N_MAX = 8192
 TOPK = 128  # candidate tokens per depth; the path-ranking layout allows at most this many
 TOPK_LIMIT = 128
 
+# EAGLE-3's fixed tree (the reference's EaModel defaults): depth-wise expansion of the
+# top_k best nodes, `depth` rounds, the best total_tokens nodes (root included) verified.
+EAGLE3_DEPTH = 7
+EAGLE3_TOPK = 10
+EAGLE3_TOTAL_TOKENS = 60
+
 # Dataset names of the paper's tables, in the paper's order, and the offline sets.
 SHORT_DATASETS: tuple[str, ...] = ("gsm8k", "math500", "aime25", "humaneval", "mbpp", "lcb", "mt-bench", "alpaca")
 LONGBENCH_SUBSETS: tuple[str, ...] = (
@@ -28,7 +34,7 @@ LONGBENCH_SUBSETS: tuple[str, ...] = (
 )
 OFFLINE_DATASETS: tuple[str, ...] = ("humaneval-pkg", "stdlib-heldout")
 
-METHOD_LABELS: dict[str, str] = {"ar": "AR", "dflash": "DFlash", "bastion": "BASTION"}
+METHOD_LABELS: dict[str, str] = {"ar": "AR", "eagle3": "EAGLE-3", "dflash": "DFlash", "bastion": "BASTION"}
 ABLATION_PREFIX = "bastion-b"  # fixed-budget BASTION runs of the budget ablation: bastion-b64
 
 

@@ -38,3 +38,33 @@ def random_pair(shape: str, device: torch.device, dtype: torch.dtype, block_size
     with torch.device(device):
         drafter = DFlashDraftModel(dcfg).to(dtype)
     return target.eval(), drafter.eval()
+
+
+# EAGLE-3 heads of the public releases for these targets: one Llama layer as wide as the
+# target (AngelSlim's Qwen3 heads keep Qwen3's head_dim 128), a 32k draft vocabulary.
+EAGLE3_DRAFT_VOCAB = {"qwen3-8b": 32000, "qwen3-4b": 32000, "small": 1024}
+
+
+def random_target(shape: str, device: torch.device, dtype: torch.dtype, seed: int = 0):
+    """A randomly initialised Qwen3 target of a named shape."""
+    torch.manual_seed(seed)
+    with torch.device(device):
+        target = Qwen3ForCausalLM(Qwen3Config(**SHAPES[shape])).to(dtype)
+    target.config._attn_implementation = "sdpa"
+    return target.eval()
+
+
+def random_eagle3_head(shape: str, target, device: torch.device, dtype: torch.dtype, seed: int = 1):
+    """A random EAGLE-3 head of the public heads' shape for ``target`` (draft vocabulary: the first ids)."""
+    from dflash.eagle3.model import Eagle3Head
+    from dflash.eagle3.train import head_config_for
+
+    vd = min(EAGLE3_DRAFT_VOCAB[shape], int(target.config.vocab_size))
+    layer_ids = [0, 2, 4] if target.config.num_hidden_layers < 7 else None
+    cfg = head_config_for(target.config, vd, layer_ids, None)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        head = Eagle3Head(cfg).to(dtype)
+    head.t2d.zero_()
+    head.t2d[:vd] = True  # d2t = 0: draft id i is target id i
+    return head.eval()

@@ -10,13 +10,40 @@ import importlib
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["ContextKVCache", "DFlashConfig", "DFlashDraftModel", "default_target_layer_ids"]
+__all__ = [
+    "ContextKVCache",
+    "DFlashConfig",
+    "DFlashDraftModel",
+    "Eagle3CheckpointError",
+    "Eagle3Config",
+    "Eagle3Head",
+    "Eagle3KVCache",
+    "Eagle3Tree",
+    "check_fits_target",
+    "default_eagle3_layer_ids",
+    "default_target_layer_ids",
+    "draft_tree",
+    "eagle3_layer_ids",
+    "load_eagle3",
+    "save_eagle3",
+]
 
 _WHERE = {
     "ContextKVCache": ".model",
     "DFlashDraftModel": ".model",
     "DFlashConfig": ".config",
     "default_target_layer_ids": ".config",
+    "Eagle3Config": ".eagle3.config",
+    "default_eagle3_layer_ids": ".eagle3.config",
+    "eagle3_layer_ids": ".eagle3.config",
+    "Eagle3Head": ".eagle3.model",
+    "Eagle3KVCache": ".eagle3.model",
+    "Eagle3CheckpointError": ".eagle3.checkpoint",
+    "check_fits_target": ".eagle3.checkpoint",
+    "load_eagle3": ".eagle3.checkpoint",
+    "save_eagle3": ".eagle3.checkpoint",
+    "Eagle3Tree": ".eagle3.tree",
+    "draft_tree": ".eagle3.tree",
 }
 
 

@@ -28,10 +28,16 @@ class CheckpointError(RuntimeError):
     """A drafter checkpoint is missing, unreachable or malformed."""
 
 
-def resolve_checkpoint_dir(name_or_path: str, cache_dir: str | None = None) -> Path:
+DEFAULT_PATTERNS = ("config.json", "*.safetensors", "*.safetensors.index.json")
+
+
+def resolve_checkpoint_dir(
+    name_or_path: str, cache_dir: str | None = None, allow_patterns: tuple[str, ...] = DEFAULT_PATTERNS
+) -> Path:
     """Return a local folder for ``name_or_path``, downloading a repo id if needed.
 
     A path that exists locally always wins, so offline users can point at a folder.
+    ``allow_patterns`` limits the download (EAGLE-3 heads may ship ``pytorch_model.bin``).
     """
     local = Path(name_or_path).expanduser()
     if local.is_dir():
@@ -48,7 +54,7 @@ def resolve_checkpoint_dir(name_or_path: str, cache_dir: str | None = None) -> P
         hub.probe(name_or_path)  # an unreachable hub fails in seconds, not minutes
         folder = snapshot_download(
             repo_id=name_or_path,
-            allow_patterns=["config.json", "*.safetensors", "*.safetensors.index.json"],
+            allow_patterns=list(allow_patterns),
             cache_dir=cache_dir,
         )
     except Exception as exc:  # noqa: BLE001 - every hub failure gets the same advice

@@ -61,11 +61,14 @@ class PositionLimitError(ValueError):
     """The prompt plus the requested tokens do not fit the model's positions."""
 
 
-def check_method(method: str, has_drafter: bool, policy: TreePolicy, cost_model, overheads) -> MethodSpec:
+def check_method(method: str, has_drafter: bool, policy: TreePolicy, cost_model, overheads,
+                 has_eagle3: bool = False) -> MethodSpec:
     """What every engine's decoder refuses before any work: unknown or under-equipped methods."""
     spec = method_spec(method)
-    if spec.drafts and not has_drafter:
+    if spec.drafter == "dflash" and not has_drafter:
         raise ValueError(f"method {method!r} needs a drafter")
+    if spec.drafter == "eagle3" and not has_eagle3:
+        raise ValueError(f"method {method!r} needs an EAGLE-3 head (--eagle3-model)")
     if spec.ranked and policy.budget is None and (cost_model is None or overheads is None):
         raise ValueError("adaptive BASTION needs a calibrated cost model and step overheads (or a fixed budget)")
     return spec

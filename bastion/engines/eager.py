@@ -1,7 +1,8 @@
-"""AR, DFlash and BASTION decoding on one shared step loop.
+"""AR, EAGLE-3, DFlash and BASTION decoding on one shared step loop.
 
 Every step verifies a tree whose root is the last committed token: AR verifies the root
-alone, DFlash the drafter's greedy block as a chain, BASTION a budget-aware tree.  One
+alone, EAGLE-3 the head's own dynamic tree, DFlash the drafter's greedy block as a chain,
+BASTION a budget-aware tree.  One
 target forward, the acceptance walk of :mod:`bastion.speculative.accept`, then the commit: accepted
 nodes keep their KV entries (moved to contiguous positions) and their hidden states
 become the drafter's new context features.  Emitted tokens are cut at the first stop
@@ -18,6 +19,7 @@ import torch
 
 from bastion.costmodel.model import CostModel, StepOverheads
 from bastion.engines.base import check_fits, check_method, emit, prompt_tensor, sync
+from bastion.models.eagle3 import Eagle3Drafter
 from bastion.models.target import Target
 from bastion.results.generation import GenerationResult, StepStats
 from bastion.speculative.accept import accept, emitted_tokens, propose
@@ -43,16 +45,24 @@ class EagerDecoder:
         policy: TreePolicy | None = None,
         cost_model: CostModel | None = None,
         overheads: StepOverheads | None = None,
+        eagle3: Eagle3Drafter | None = None,
     ) -> None:
         self.policy = policy or TreePolicy()
-        self.spec = check_method(method, drafter is not None, self.policy, cost_model, overheads)
-        self.target, self.method, self.drafter = target, method, drafter
+        self.spec = check_method(method, drafter is not None, self.policy, cost_model, overheads, eagle3 is not None)
+        self.target, self.method, self.drafter, self.eagle3 = target, method, drafter, eagle3
         self.cost_model, self.overheads = cost_model, overheads
-        if drafter is not None:
-            target.set_feature_layers(drafter.target_layer_ids)
-            if drafter.mask_token_id is None:
-                raise ValueError("the drafter config has no dflash_config.mask_token_id")
-        self.block_size = drafter.block_size if drafter is not None else 1
+        self.taps: list[int] = []  # the target layers this method's drafter reads, set at each generate
+        if self.spec.drafter == "eagle3":
+            self.taps = list(eagle3.layer_ids)
+            self.block_size = eagle3.path_width  # root + the longest path a step can accept
+        else:
+            if drafter is not None:
+                self.taps = list(drafter.target_layer_ids)
+                if drafter.mask_token_id is None:
+                    raise ValueError("the drafter config has no dflash_config.mask_token_id")
+            self.block_size = drafter.block_size if drafter is not None else 1
+        if self.taps:
+            target.set_feature_layers(self.taps)
 
     # ------------------------------------------------------------------ helpers
     def check_fits(self, prompt_len: int, max_new_tokens: int) -> None:
@@ -95,8 +105,11 @@ class EagerDecoder:
         self.check_fits(prompt_len, max_new_tokens)
         stops = set(int(t) for t in stop_token_ids)
         use_draft = self.spec.drafts
+        drafted = self.spec.tree == "drafted"  # EAGLE-3: the head drafts its own tree
         if max_new_tokens == 0:
             return GenerationResult([], prompt_len, 0.0, 0.0, "max_new_tokens")
+        if use_draft:  # decoders of several methods may share the target: tap this one's layers
+            target.set_feature_layers(self.taps)
 
         sync(device)
         t0 = time.perf_counter()
@@ -104,7 +117,10 @@ class EagerDecoder:
         out = target.forward(ids, torch.arange(prompt_len, device=device)[None], None, cache, features=use_draft)
         first = propose(target.logits(out.hidden[0, -1:]), temperature, generator)  # [1]
         feats, feat_pos = out.features, torch.arange(prompt_len, device=device)
-        dcache = self.drafter.new_cache() if use_draft else None
+        dcache = self.drafter.new_cache() if use_draft and not drafted else None
+        if drafted:  # the head's first pairs: features of positions 0..P-1, tokens 1..P-1 and the first new one
+            ecache = self.eagle3.new_cache()
+            feats, next_tokens = out.features[0], torch.cat([ids[0, 1:], first])
         output = [int(first.item())]
         root = first[0]
         sync(device)
@@ -118,9 +134,13 @@ class EagerDecoder:
         while not done:
             c = cache.length
             ta = clock()
-            draft_logits = self._draft(root, c, feats, feat_pos, dcache) if use_draft else None
-            tb = clock()
-            tree = self._tree(root, draft_logits, c, temperature, hint)
+            if drafted:
+                tree = self.eagle3.tree(ecache, feats, next_tokens)
+                tb = clock()
+            else:
+                draft_logits = self._draft(root, c, feats, feat_pos, dcache) if use_draft else None
+                tb = clock()
+                tree = self._tree(root, draft_logits, c, temperature, hint)
             n = tree.size
             hint = 2 * n
             tc = clock()
@@ -138,7 +158,10 @@ class EagerDecoder:
             te = clock()
             keep = order[: a + 1]
             cache.keep(c, keep)
-            if use_draft:
+            if drafted:  # features of the root and accepted drafts; tokens: the accepted drafts, then the bonus
+                feats = vout.features[0, keep]
+                next_tokens = torch.cat([tree.tokens[order[1 : a + 1]], proposals[last]])
+            elif use_draft:
                 feats = vout.features[:, keep]
                 feat_pos = torch.arange(c, c + a + 1, device=device)
             ended = emit(output, emitted, stops, max_new_tokens)

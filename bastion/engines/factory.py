@@ -16,6 +16,7 @@ import torch
 from bastion.costmodel.model import CostModel, StepOverheads
 from bastion.engines.base import Decoder, VerifyProbe
 from bastion.engines.eager import EagerDecoder, EagerProbe
+from bastion.models.eagle3 import Eagle3Drafter
 from bastion.models.target import Target
 from bastion.speculative.tree import TreePolicy
 from dflash import DFlashDraftModel
@@ -48,9 +49,9 @@ class Engine:
     """
 
     def __init__(self, name: str, target: Target, drafter: DFlashDraftModel | None, n_max: int,
-                 max_context: int = 2048, graphs: bool = True) -> None:
+                 max_context: int = 2048, graphs: bool = True, eagle3: Eagle3Drafter | None = None) -> None:
         self.name = resolve_engine(name, target.device)
-        self.target, self.drafter = target, drafter
+        self.target, self.drafter, self.eagle3 = target, drafter, eagle3
         self.n_max, self.max_context, self.graphs = n_max, max_context, graphs
         self._static = None
 
@@ -61,13 +62,13 @@ class Engine:
             from bastion.engines.static_engine import StaticEngine
 
             self._static = StaticEngine(self.target, self.drafter, self.max_context, self.n_max, graphs=self.graphs,
-                                        fused=self.name == "compiled")
+                                        fused=self.name == "compiled", eagle3=self.eagle3)
         return self._static
 
     def decoder(self, method: str, policy: TreePolicy | None = None, cost_model: CostModel | None = None,
                 overheads: StepOverheads | None = None) -> Decoder:
         if self.name == "eager":
-            return EagerDecoder(self.target, method, self.drafter, policy, cost_model, overheads)
+            return EagerDecoder(self.target, method, self.drafter, policy, cost_model, overheads, eagle3=self.eagle3)
         from bastion.engines.static_decoder import StaticDecoder
 
         return StaticDecoder(self.static, method, policy, cost_model, overheads)

@@ -9,6 +9,12 @@ when a read shows a stop token or enough tokens; the draft issued after the fina
 is discarded.  The emitted tokens, cut at stop tokens and ``max_new_tokens``, are those of
 the eager decoder.
 
+EAGLE-3 (a ``drafted`` tree) reverses the first two phases: its head needs the accepted
+count before it can take in the new context, so the step reads the readback first, then
+drafts eagerly outside the graphs (several head calls with a data-dependent top-k; the
+time lands in the draft phase), and verifies and commits through the same graphs as the
+other methods, at its fixed tree size.
+
 Step times (``collect_stats``) come in two kinds.  ``True`` synchronises the device at
 every phase boundary, so each phase is timed alone (host launch included); that is what
 calibration's step overheads use.  ``"events"`` records a CUDA event at each boundary
@@ -51,7 +57,8 @@ class StaticDecoder:
         overheads: StepOverheads | None = None,
     ) -> None:
         self.policy = policy or TreePolicy()
-        self.spec = check_method(method, engine.drafter is not None, self.policy, cost_model, overheads)
+        self.spec = check_method(method, engine.drafter is not None, self.policy, cost_model, overheads,
+                                 engine.eagle3 is not None)
         limit = self.policy.budget if self.policy.budget is not None else self.policy.n_max
         if self.spec.ranked and limit > engine.n_max:
             raise ValueError(
@@ -61,6 +68,10 @@ class StaticDecoder:
         self.engine, self.method = engine, method
         self.cost_model, self.overheads = cost_model, overheads
         self.block_size = engine.block if self.spec.drafts else 1
+        # what verify and commit tap: nothing, the DFlash drafter's layers or the EAGLE-3 head's
+        self.taps: bool | str = {None: False, "dflash": True, "eagle3": "eagle3"}[self.spec.drafter]
+        if self.spec.drafter == "eagle3":
+            self.block_size = engine.eagle3.path_width
         self.target = engine.target
 
     @torch.no_grad()
@@ -78,20 +89,22 @@ class StaticDecoder:
         clock, marks = _clock(collect_stats, device)  # checks the argument before any work
         ids = prompt_tensor(prompt_ids, max_new_tokens, device)
         prompt_len = ids.shape[1]
-        check_fits(self.target, prompt_len, max_new_tokens, eng.block)
+        check_fits(self.target, prompt_len, max_new_tokens, max(eng.block, self.block_size))
         if max_new_tokens == 0:
             return GenerationResult([], prompt_len, 0.0, 0.0, "max_new_tokens")
         # one step past the last commit may still draft and verify: leave it room
         eng.ensure_capacity(prompt_len + max_new_tokens + eng.block)
         stops = set(int(t) for t in stop_token_ids)
         use_draft = spec.drafts
+        drafted = spec.tree == "drafted"  # EAGLE-3: the head drafts its own tree, eagerly
+        taps = self.taps
         greedy = temperature <= 0
         run = eng.runner
         capture0 = run.capture_seconds
 
         sync(device)
         t0 = time.perf_counter()
-        last_hidden, feats = eng.prefill(ids, features=use_draft)
+        last_hidden, feats = eng.prefill(ids, features=taps)
         first = propose(self.target.logits(last_hidden), temperature, generator)  # [1]
         eng.root.copy_(first[0])
         output = [int(first.item())]
@@ -99,7 +112,10 @@ class StaticDecoder:
             eng.set_topk(topk_width(policy, self.target.lm_head.weight.shape[0]))
         if not greedy:
             eng.logits_buffer()  # allocated before any graph that writes it is captured
-        if use_draft:  # the first draft takes in the whole prompt's features: one-off shape, eager
+        if drafted:  # the head's first pairs: features of positions 0..P-1, tokens 1..P-1 and the first new one
+            ecache = eng.eagle3.new_cache()
+            e3_feats, e3_next = feats[0], torch.cat([ids[0, 1:], first])
+        elif use_draft:  # the first draft takes in the whole prompt's features: one-off shape, eager
             eng.pend_count.fill_(prompt_len)
             eng.draft(eng.window(prompt_len), feats)
         sync(device)
@@ -115,7 +131,19 @@ class StaticDecoder:
         first_step = True
         while not done:
             ta = clock()
-            if use_draft and not first_step:
+            if drafted:
+                back = eng.read_back()  # the step's one host synchronisation, before the head drafts
+                if pending is not None:  # the previous step's tokens
+                    a, ended = _absorb(back, pending, steps, output, stops, max_new_tokens)
+                    pending = None
+                    c += a + 1
+                    if ended is not None:
+                        done, stop_reason = True, ended
+                        break
+                    e3_feats = eng.e3_pend[: a + 1]  # root + accepted drafts; tokens: the drafts, then the bonus
+                    e3_next = torch.tensor(back[2 : 2 + a] + back[-1:], dtype=torch.long, device=device)
+                eng.draft_eagle3(ecache, e3_feats, e3_next)
+            elif use_draft and not first_step:
                 kv_d = eng.window(c + eng.block)  # the context grows by at most one block per step
                 run(("draft", kv_d), lambda: eng.draft(kv_d, eng.pend))
             tb = clock()
@@ -124,18 +152,16 @@ class StaticDecoder:
                 run(("select", temperature, eng.topk), lambda: eng.select(temperature))
                 m = search_width(hint, policy) if policy.budget is None else max(policy.budget - 1, 1)
                 got = _rank(eng, m, policy, self.cost_model, fixed)
-            n = spec.known_size(eng.block, policy, got)
-            back = eng.read_back()  # the step's one host synchronisation
-            if pending is not None:  # the previous step's tokens
-                a, emitted = back[0], emitted_tokens(back)
-                pending.committed = len(emitted)
-                steps.append(pending)
-                pending = None
-                c += a + 1
-                ended = emit(output, emitted, stops, max_new_tokens)
-                if ended is not None:
-                    done, stop_reason = True, ended
-                    break
+            n = spec.known_size(eng.block, policy, got, eng.e3_size)
+            if not drafted:
+                back = eng.read_back()  # the step's one host synchronisation
+                if pending is not None:  # the previous step's tokens
+                    a, ended = _absorb(back, pending, steps, output, stops, max_new_tokens)
+                    pending = None
+                    c += a + 1
+                    if ended is not None:
+                        done, stop_reason = True, ended
+                        break
             if n is None:  # adaptive: the rule's count; widen the search if it ran out of paths
                 n = back[1]
                 while (wider := wider_search(m, got, n, policy)) is not None:
@@ -146,14 +172,15 @@ class StaticDecoder:
                 hint = 2 * n
             first_step = False
             kv = eng.window(c + n)
-            run(("build", spec.ranked, n, eng.topk), lambda: eng.build(spec.ranked, n))
+            if not drafted:  # a drafted tree is in the tree buffers already
+                run(("build", spec.ranked, n, eng.topk), lambda: eng.build(spec.ranked, n))
             tc = clock()
-            run(("verify", n, kv, greedy, use_draft), lambda: eng.verify(n, kv, greedy, use_draft))
+            run(("verify", n, kv, greedy, taps), lambda: eng.verify(n, kv, greedy, taps))
             td = clock()
             if not greedy:  # sampling stays eager: the caller's generator drives it
                 eng.proposals[:n].copy_(propose(eng.logits_buffer()[:n], temperature, generator))
             te = clock()
-            run(("commit", n, use_draft), lambda: eng.commit(n, use_draft), writes=eng.state())
+            run(("commit", n, taps), lambda: eng.commit(n, taps), writes=eng.state())
             tf = clock()
             pending = StepStats(0, n, c, 0.0, 0.0, 0.0, 0.0, 0.0)
             marks.append((pending, (ta, tb, tc, td, te, tf)))
@@ -163,6 +190,15 @@ class StaticDecoder:
             stats.t_draft, stats.t_tree, stats.t_verify, stats.t_accept, stats.t_commit = _intervals(stamps)
         setup = run.capture_seconds - capture0  # graph captures are one-off work, not decoding
         return GenerationResult(output[:max_new_tokens], prompt_len, t1 - t0, t2 - t1 - setup, stop_reason, steps)
+
+
+def _absorb(back: list[int], pending: StepStats, steps: list[StepStats], output: list[int], stops: set[int],
+            max_new_tokens: int) -> tuple[int, str | None]:
+    """Take in a verified step's readback: record it, emit its tokens; return (accepted count, why it ended)."""
+    emitted = emitted_tokens(back)
+    pending.committed = len(emitted)
+    steps.append(pending)
+    return back[0], emit(output, emitted, stops, max_new_tokens)
 
 
 def _clock(collect_stats: bool | str, device: torch.device) -> tuple:

@@ -14,6 +14,8 @@ vector.  A step is six functions, each captured per shape key by :class:`GraphRu
     verify  (n, kv window)    tree mask, target forward, proposals (T = 0) or logits
     commit  (n)               acceptance walk, KV compaction, next root, readback
 
+EAGLE-3 drafts eagerly instead, outside the graphs (:mod:`bastion.engines.static_eagle3`).
+
 None of them reads a device value on the host, so a step has one host synchronisation:
 the decoder's read of the readback vector (the previous step's tokens and this step's
 node count).  The semantics are those of :mod:`bastion.engines.eager` exactly; the functions
@@ -27,7 +29,7 @@ from typing import Callable
 import torch
 
 from bastion.defaults import TOPK_LIMIT
-from bastion.engines import compiled, static_attention
+from bastion.engines import compiled, static_attention, static_eagle3
 from bastion.engines.graphs import GraphRunner, read_to_host
 from bastion.engines.kernels import row_argmax
 from bastion.engines.static_cache import (
@@ -36,6 +38,7 @@ from bastion.engines.static_cache import (
     StaticKVCache,
 )
 from bastion.engines.static_layers import FusedLayers
+from bastion.models.eagle3 import Eagle3Drafter
 from bastion.models.target import Target
 from bastion.speculative.accept import accept
 from bastion.speculative.path_rank import top_paths
@@ -66,15 +69,19 @@ class StaticEngine:
         graphs: bool = True,
         kv_block: int = 256,
         fused: bool = False,
+        eagle3: Eagle3Drafter | None = None,
     ) -> None:
-        self.target, self.drafter = target, drafter
+        self.target, self.drafter, self.eagle3 = target, drafter, eagle3
         self.device, self.dtype = target.device, target.dtype
         self.kv_block = kv_block
         # poll for the step's read instead of blocking in the sync (see read_back): on the
         # H200 it cut the GPU's wait for the host by about 100 us a step (docs/performance.md)
         self.spin_read = True
         self.block = drafter.block_size if drafter is not None else 1
-        self.n_max = max(int(n_max), self.block)
+        self.e3_size = eagle3.tree_size if eagle3 is not None else 0  # nodes of every EAGLE-3 tree
+        self.read_width = max(self.block, eagle3.path_width if eagle3 is not None else 1)  # root + longest path
+        self.n_max = max(int(n_max), self.block, self.e3_size)
+        self.tap_sets = static_eagle3.tap_sets(drafter, eagle3)  # by name; verify's features=True means "dflash"
         self.runner = GraphRunner(self.device, enabled=graphs)
         # grouped-query tree attention without per-head K/V copies (sdpa targets only)
         self.attention = static_attention.register() if target.attn_impl == "sdpa" else None
@@ -98,9 +105,10 @@ class StaticEngine:
         long = dict(dtype=torch.long, device=dev)
         self.length = torch.zeros((), **long)  # committed tokens in the target's cache
         self.root = torch.zeros((), **long)  # last committed token, not yet seen by the target
-        self.readback = torch.zeros(b + 2, **long)  # [accepted count, node count, path tokens.., bonus]
+        rw = self.read_width
+        self.readback = torch.zeros(rw + 2, **long)  # [accepted count, node count, path tokens.., bonus]
         # its host copy: page-locked, so the step's one read is a direct DMA, not a staged copy
-        self.readback_host = torch.zeros(b + 2, dtype=torch.long, pin_memory=dev.type == "cuda")
+        self.readback_host = torch.zeros(rw + 2, dtype=torch.long, pin_memory=dev.type == "cuda")
         self.read_event = torch.cuda.Event() if dev.type == "cuda" else None
         n = self.n_max
         self.tree_tokens = torch.zeros(n, **long)
@@ -131,6 +139,8 @@ class StaticEngine:
             m = max(n - 1, 1)
             self.paths = {k: torch.zeros(m, **long) for k in ("depth", "local", "par_local", "rank")}
             self.block_ids = torch.full((b,), int(d.mask_token_id), **long)
+        if self.eagle3 is not None:
+            static_eagle3.allocate(self, n, rw)
 
     def ensure_capacity(self, need: int, nodes: int = 0) -> None:
         """Grow the buffers for a longer context (or larger trees); graphs on the old ones are dropped."""
@@ -154,9 +164,18 @@ class StaticEngine:
         self.logq, self.top_tok = self.logq_all[:, :k], self.top_tok_all[:, :k]
 
     # ------------------------------------------------------------------ prefill
-    def prefill(self, ids: torch.Tensor, features: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def taps(self, features: bool | str) -> str | None:
+        """Point the target at a drafter's layers: ``features`` False, True / "dflash" or "eagle3"; returns the name."""
+        if not features:
+            return None
+        name = "dflash" if features is True else features
+        self.target.set_feature_layers(self.tap_sets[name])
+        return name
+
+    def prefill(self, ids: torch.Tensor, features: bool | str) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Causal forward of the prompt [1, P] from an empty cache (eager, one-off shapes)."""
         p = ids.shape[1]
+        features = self.taps(features) is not None
         self.cache.length = 0
         self.cache.write_index = self.arange[:p]
         self.cache.kv_len = p
@@ -183,6 +202,10 @@ class StaticEngine:
         mask = torch.cat([live, live.new_ones(b)])[None, None, None, :].expand(1, 1, b, kv + b)
         h = d(self.target.embed(block[None]), pos[None], feats, self.dcache.write_index[None], mask, self.dcache)
         return self.target.logits(h[0, 1:])
+
+    def draft_eagle3(self, cache, feats: torch.Tensor, next_tokens: torch.Tensor) -> None:
+        """EAGLE-3's tree after the pairs ``feats`` [m, F], ``next_tokens`` [m] into the tree buffers (eager)."""
+        static_eagle3.draft(self, cache, feats, next_tokens)
 
     def select(self, temperature: float) -> None:
         """Each depth's top-k draft log-probabilities at the sampling temperature (1 for greedy)."""
@@ -218,8 +241,13 @@ class StaticEngine:
         self.tree_depths[:n].copy_(tree.depths)
         self.tree_anc[:n, :n].copy_(tree.ancestors)
 
-    def verify(self, n: int, kv: int, greedy: bool, features: bool) -> None:
-        """Target forward over the ``n`` tree nodes with a [n, kv] mask; proposals or logits out."""
+    def verify(self, n: int, kv: int, greedy: bool, features: bool | str) -> None:
+        """Target forward over the ``n`` tree nodes with a [n, kv] mask; proposals or logits out.
+
+        ``features``: False, True / "dflash" or "eagle3" (whose layers to tap; a graph per value).
+        """
+        taps = self.taps(features)
+        features = taps is not None
         mask = self.mask[:n, :kv]
         mask.copy_((self.arange[:kv] < self.length)[None].expand(n, kv))
         self.write_index[:n].copy_(self.length + self.arange[:n])
@@ -234,7 +262,7 @@ class StaticEngine:
         else:
             self.logits[:n].copy_(logits)
         if features:
-            self.features[:n].copy_(feats[0])
+            (self.e3_features if taps == "eagle3" else self.features)[:n].copy_(feats[0])
 
     def _forward(self, ids, positions, mask, features: bool):
         """The target over tree tokens: (hidden [1, s, H], tapped features [1, s, F] or None)."""
@@ -250,17 +278,20 @@ class StaticEngine:
             config._attn_implementation = saved
         return out.hidden, out.features
 
-    def commit(self, n: int, features: bool) -> None:
+    def commit(self, n: int, features: bool | str) -> None:
         """Accept along the proposals, compact the KV cache, advance, fill the readback vector."""
         b = self.block
         tree = Tree(self.tree_tokens[:n], self.tree_parents[:n], self.tree_depths[:n], self.tree_anc[:n, :n])
         proposals = self.proposals[:n]
         order, count = accept(tree, proposals)
-        w = min(n, b)
+        w = min(n, self.read_width)
         keep = order[:w]
         self.cache.keep(self.length, keep)
-        if features:
-            self.pend[0, :w].copy_(self.features.index_select(0, keep))
+        if features == "eagle3":  # the head's next pairs; the host slices them by the count it reads
+            self.e3_pend[:w].copy_(self.e3_features.index_select(0, keep))
+        elif features:
+            wb = min(n, b)
+            self.pend[0, :wb].copy_(self.features.index_select(0, keep[:wb]))
             self.pend_count.copy_(count + 1)
         bonus = proposals[order.gather(0, count.view(1))]  # [1]
         self.readback[0].copy_(count)
@@ -301,6 +332,8 @@ class StaticEngine:
     def state(self) -> list[torch.Tensor]:
         """Tensors :meth:`commit` updates in place (restored after capture warm-up)."""
         extra = [self.pend, self.pend_count] if self.drafter is not None else []
+        if self.eagle3 is not None:
+            extra.append(self.e3_pend)
         return [self.cache.kv, self.length, self.root, self.readback, *extra]
 
     def logits_buffer(self) -> torch.Tensor:

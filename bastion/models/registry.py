@@ -31,20 +31,22 @@ class ModelPair:
     target: str
     drafter: str
     gated: bool = False
+    eagle3: str | None = None  # the EAGLE-3 head the paper compares with
 
 
 def tiny_dir(part: str) -> Path:
-    """Folder of the bundled tiny pair (``target`` or ``drafter``) inside the installed package."""
+    """Folder of the bundled tiny pair (``target``, ``drafter`` or ``eagle3``) inside the installed package."""
     return Path(str(resources.files("dflash") / "assets" / "tiny" / part))
 
 
 PAIRS: dict[str, ModelPair] = {
-    "qwen3-4b": ModelPair("qwen3-4b", "Qwen/Qwen3-4B", "z-lab/Qwen3-4B-DFlash-b16"),
-    "qwen3-8b": ModelPair("qwen3-8b", "Qwen/Qwen3-8B", "z-lab/Qwen3-8B-DFlash-b16"),
+    "qwen3-4b": ModelPair("qwen3-4b", "Qwen/Qwen3-4B", "z-lab/Qwen3-4B-DFlash-b16", eagle3="AngelSlim/Qwen3-4B_eagle3"),
+    "qwen3-8b": ModelPair("qwen3-8b", "Qwen/Qwen3-8B", "z-lab/Qwen3-8B-DFlash-b16", eagle3="AngelSlim/Qwen3-8B_eagle3"),
     "llama3.1-8b": ModelPair(
-        "llama3.1-8b", "meta-llama/Llama-3.1-8B-Instruct", "z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat", gated=True
+        "llama3.1-8b", "meta-llama/Llama-3.1-8B-Instruct", "z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat", gated=True,
+        eagle3="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
     ),
-    "tiny": ModelPair("tiny", "<bundled>/target", "<bundled>/drafter"),
+    "tiny": ModelPair("tiny", "<bundled>/target", "<bundled>/drafter", eagle3="<bundled>/eagle3"),
 }
 
 
@@ -71,6 +73,17 @@ def resolve(model: str, draft_model: str | None = None) -> tuple[str, str | None
         if model == pair.target and draft_model is None:
             return model, _materialise(pair.drafter), model
     return model, draft_model, model
+
+
+def resolve_eagle3(model: str, eagle3_model: str | None = None) -> str | None:
+    """The EAGLE-3 head for ``--model``: ``eagle3_model`` if given, else the registered one (or None)."""
+    if eagle3_model:
+        pair = PAIRS.get(eagle3_model)
+        return _materialise(pair.eagle3 if pair is not None and pair.eagle3 else eagle3_model)
+    for key, pair in PAIRS.items():
+        if model in (key, pair.target) and pair.eagle3:
+            return _materialise(pair.eagle3)
+    return None
 
 
 def registry_help() -> str:
@@ -137,6 +150,35 @@ def load_drafter(ref: str, dtype: torch.dtype, device: str | torch.device) -> DF
         raise _unavailable("drafter", ref, exc) from exc
 
 
+def load_eagle3_head(ref: str, target: Target, target_name: str, dtype: torch.dtype, device: str | torch.device):
+    """Load an EAGLE-3 head strictly; a head that does not fit ``target`` is refused naming both."""
+    from dflash.eagle3.checkpoint import load_eagle3
+
+    try:
+        if not _is_local(ref):
+            hub.probe(ref)
+        head = load_eagle3(ref, dtype=dtype, device=device)
+    except CheckpointError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise _unavailable("EAGLE-3 head", ref, exc) from exc
+    check_eagle3(head, target, target_name, ref)
+    return head
+
+
+def check_eagle3(head, target: Target, target_name: str, head_name: str) -> None:
+    """Refuse an EAGLE-3 head whose widths, vocabularies or tapped layers do not fit the target."""
+    from dflash.eagle3.checkpoint import check_fits_target
+
+    try:
+        check_fits_target(head, target.config)
+    except CheckpointError as exc:
+        reason = str(exc).removeprefix("EAGLE-3 head does not fit the target: ")
+        raise DrafterMismatchError(
+            f"EAGLE-3 head {head_name!r} does not fit target {target_name!r}: {reason}"
+        ) from None
+
+
 def check_pair(target: Target, drafter: DFlashDraftModel, target_name: str, drafter_name: str) -> None:
     """Refuse a drafter whose sizes or tapped layers do not fit the target."""
     problems = []
@@ -170,7 +212,10 @@ def fetch(ref: str, kind: str) -> str:
     (possibly on compute nodes without network) only read local files.
     """
     if ref in PAIRS:
-        ref = PAIRS[ref].target if kind == "target" else PAIRS[ref].drafter
+        pair = PAIRS[ref]
+        ref = {"target": pair.target, "eagle3": pair.eagle3}.get(kind, pair.drafter)
+        if ref is None:
+            raise ValueError(f"registry entry {pair.key!r} has no {kind} model")
     ref = _materialise(ref)
     if _is_local(ref):
         return str(Path(ref).expanduser().resolve())
@@ -180,6 +225,8 @@ def fetch(ref: str, kind: str) -> str:
 
         hub.probe(ref)
         patterns = ["*.json", "*.safetensors", "*.txt", "*.model", "tokenizer*"]
+        if kind == "eagle3":  # the reference EAGLE-3 release ships pytorch_model.bin
+            patterns.append("*.bin")
         return snapshot_download(repo_id=ref, allow_patterns=patterns, local_files_only=hub.offline())
     except Exception as exc:  # noqa: BLE001
         raise _unavailable(kind, ref, exc, gated) from exc

@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from bastion.defaults import BASELINE, METHODS
 from bastion.report.plot_style import (
     COLORS,
     EXTRA_COLORS,
@@ -32,10 +33,10 @@ from bastion.report.tables import (
 
 
 def _main_methods(df: pd.DataFrame, methods: Sequence[str] | None) -> list[str]:
-    """Non-AR, non-ablation methods to show, in the given order (or dflash, bastion, others)."""
+    """Non-AR, non-ablation methods to show, in the given order (or eagle3, dflash, bastion, others)."""
     present = list(dict.fromkeys(df["method"]))
     if methods is None:
-        pref = ["dflash", "bastion"]
+        pref = [m for m in METHODS if m != BASELINE]
         methods = [m for m in pref if m in present] + sorted(
             m for m in present if m not in pref and not m.startswith("bastion-b"))
     return [m for m in dict.fromkeys(methods) if m != "ar" and m in present]

@@ -13,6 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from bastion.defaults import BASELINE, METHODS
 from bastion.report.plot_style import (
     COLORS,
     EXTRA_COLORS,
@@ -37,14 +38,15 @@ from bastion.report.tables import (
 
 def acceptance_length(steps_csv: str | os.PathLike, out_pdf: str | os.PathLike,
                       title: Mapping[str, Any] | str) -> None:
-    """Distribution of tokens committed per step, DFlash against adaptive BASTION."""
+    """Distribution of tokens committed per step: EAGLE-3, DFlash and adaptive BASTION."""
     what = "acceptance_length"
     df = read_csvs(steps_csv)
     require(df, ["model", "temperature", "method", "committed"], what)
-    shown = [m for m in ("dflash", "bastion") if m in set(df["method"])]
+    drafting = [m for m in METHODS if m != BASELINE]
+    shown = [m for m in drafting if m in set(df["method"])]
     rows = df[df["method"].isin(shown)]
     if rows.empty:
-        raise ValueError(f"{what}: no steps of dflash or bastion (found: {sorted(set(df['method']))})")
+        raise ValueError(f"{what}: no steps of {', '.join(drafting)} (found: {sorted(set(df['method']))})")
     panels = combos(rows)
     fig, axes, height = panel_figure(len(panels), 6.2, 3.6)
     for k, (model, temp) in enumerate(panels):

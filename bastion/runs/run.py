@@ -1,4 +1,4 @@
-"""One decode run: a dataset through one (target, drafter) pair with AR, DFlash and BASTION.
+"""One decode run: a dataset through one (target, drafter) pair with AR, EAGLE-3, DFlash and BASTION.
 
 :class:`DecodeRun` holds every knob of a run; the CLI (``python -m bastion.benchmark``)
 fills it from flags and the pipeline's decode jobs from their params, so both execute
@@ -29,11 +29,13 @@ from bastion.calibration.store import (
 )
 from bastion.data import registry as datasets
 from bastion.data.prompts import PromptBuilder
-from bastion.defaults import METHODS, N_MAX, N_MIN, TOPK
+from bastion.defaults import EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS, METHODS, N_MAX, N_MIN, TOPK
 from bastion.engines.factory import Engine, resolve_engine
 from bastion.models import registry as models
+from bastion.models.eagle3 import Eagle3Drafter
 from bastion.progress import bar
 from bastion.results import records
+from bastion.speculative.methods import Eagle3Policy, method_spec
 from bastion.speculative.tree import TreePolicy
 
 
@@ -100,6 +102,10 @@ class DecodeRun:
     data_seed: int = datasets.DEFAULT_SEED
     shard: tuple[int, int] = (0, 1)
     quiet: bool = False
+    eagle3_model: str | None = None
+    eagle3_depth: int = EAGLE3_DEPTH
+    eagle3_topk: int = EAGLE3_TOPK
+    eagle3_total_tokens: int = EAGLE3_TOTAL_TOKENS
 
     def validate(self) -> None:
         """Settings checks that need no model, data or device."""
@@ -108,6 +114,13 @@ class DecodeRun:
             raise UsageError(f"--temperature must be >= 0, got {self.temperature}")
         if self.max_new_tokens < 1:
             raise UsageError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        self.eagle3_policy()
+
+    def eagle3_policy(self) -> Eagle3Policy:
+        try:
+            return Eagle3Policy(self.eagle3_depth, self.eagle3_topk, self.eagle3_total_tokens)
+        except ValueError as exc:
+            raise UsageError(f"--eagle3-depth/--eagle3-topk/--eagle3-total-tokens: {exc}") from None
 
     def execute(self) -> list[dict[str, Any]]:
         """Decode every prompt of this rank's shard; write, resume and summarise the records."""
@@ -119,9 +132,13 @@ class DecodeRun:
         target_ref, drafter_ref, model_name = models.resolve(self.model, self.draft_model)
         model_name = self.model_name or model_name
         models.check_thinking(self.enable_thinking, target_ref)
-        need_drafter = any(m != "ar" for m in methods)
+        need_drafter = any(method_spec(m).drafter == "dflash" for m in methods)
         if need_drafter and drafter_ref is None:
             raise UsageError("--draft-model is required for dflash/bastion unless --model is a registered pair")
+        need_eagle3 = "eagle3" in methods
+        eagle3_ref = models.resolve_eagle3(self.model, self.eagle3_model) if need_eagle3 else None
+        if need_eagle3 and eagle3_ref is None:
+            raise UsageError("--eagle3-model is required for eagle3 unless --model is a registered pair")
         policy = TreePolicy(n_min=self.n_min, n_max=self.n_max, topk=self.topk, budget=self.budget)
 
         # 1. prompts first: an unknown or unreachable dataset fails before any weights load
@@ -159,11 +176,18 @@ class DecodeRun:
                         f"--block-size {self.block_size} must be in 2..{drafter.config.block_size} (the drafter's block size)"
                     )
                 drafter.config.block_size = self.block_size
+        eagle3 = None
+        if need_eagle3:  # strict loading and the fit check (named), before any decoding
+            head = models.load_eagle3_head(eagle3_ref, target, target_ref, dtype, device)
+            try:
+                eagle3 = Eagle3Drafter.bind(head, target, self.eagle3_policy())
+            except ValueError as exc:
+                raise UsageError(f"EAGLE-3 head {eagle3_ref!r}: {exc}") from None
         builder = PromptBuilder(tokenizer, self.enable_thinking)
         # the longest prompt plus its new tokens sizes the static buffers and the calibration grid
         self._longest = builder.longest_context(prompts, self.max_new_tokens)
         engine = Engine(self.engine, target, drafter, n_max=max(policy.n_max, policy.budget or 0),
-                        max_context=max(self._longest, self.max_new_tokens + 2048))
+                        max_context=max(self._longest, self.max_new_tokens + 2048), eagle3=eagle3)
 
         # 3. calibration (adaptive BASTION only): rank 0 makes it, the others wait
         cal = None
@@ -181,12 +205,16 @@ class DecodeRun:
             "temperature": self.temperature, "block_size": drafter.block_size if drafter else None, "methods": methods,
             "policy": [self.n_min, self.n_max, self.topk, self.budget], "seed": self.seed, "thinking": self.enable_thinking,
         }
+        if need_eagle3:  # only then, so the run keys of runs without EAGLE-3 stay as they were
+            settings["eagle3"] = [eagle3_ref, self.eagle3_depth, self.eagle3_topk, self.eagle3_total_tokens]
         key = records.run_key(settings)
         base = {
             "run_key": key, "model": model_name, "target": target_ref, "draft_model": drafter_ref if need_drafter else None,
             "dataset_arg": self.dataset, "rank": rank, "world_size": world, "temperature": self.temperature, "max_new_tokens": self.max_new_tokens,
             "block_size": settings["block_size"], "hardware": hw_key, "fingerprint": fp_now, "budget": self.budget,
             "n_min": policy.n_min, "n_max": policy.n_max,
+            "eagle3_model": eagle3_ref,
+            "eagle3_tree": [self.eagle3_depth, self.eagle3_topk, self.eagle3_total_tokens] if need_eagle3 else None,
             "calibration": None if cal is None else {"params": cal.cost_model.to_dict()["params"], "t_draft": cal.overheads.t_draft, "t_other": cal.overheads.t_other},
         }
         mine = [i for i in range(len(prompts)) if i % shard_n == shard_i and (i // shard_n) % world == rank]

@@ -1,34 +1,54 @@
 """What distinguishes the decoding methods, stated once for every engine.
 
-A method is described by two facts, not by its name: whether a drafter runs each step,
-and whether the tree comes from ranked draft paths (BASTION) or is a chain (the
-drafter's greedy block for DFlash, the root alone for AR).  Engines branch on these
-facts, never on method names, and the node count a step verifies follows from them.
+A method is described by facts, not by its name: which drafter runs each step (none, the
+DFlash drafter, or an EAGLE-3 head), and where the verified tree comes from (``tree``):
+
+* ``"chain"``: the drafter's greedy block as a chain (DFlash), or the root alone (AR);
+* ``"ranked"``: the best ranked draft paths under the budget rule (BASTION);
+* ``"drafted"``: the drafter returns its own tree (EAGLE-3's dynamic tree of a fixed
+  node count, :class:`Eagle3Policy`).
+
+Engines branch on these facts, never on method names, and the node count a step
+verifies follows from them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bastion.defaults import METHODS
+from bastion.defaults import EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS, METHODS
 from bastion.speculative.tree import TreePolicy
+
+TREE_KINDS = ("chain", "ranked", "drafted")
 
 
 @dataclass(frozen=True)
 class MethodSpec:
     name: str
     drafts: bool  # a drafter runs every step
-    ranked: bool  # the tree is the best ranked draft paths; otherwise a chain
+    ranked: bool  # the tree is the best ranked draft paths; otherwise a chain or a drafted tree
+    tree: str = "chain"  # "chain" | "ranked" | "drafted" (the drafter returns its own tree)
+    drafter: str | None = None  # which model drafts: None, "dflash" or "eagle3"
 
-    def known_size(self, block: int, policy: TreePolicy, ranked_paths: int) -> int | None:
+    def __post_init__(self) -> None:
+        if self.tree not in TREE_KINDS or self.ranked != (self.tree == "ranked"):
+            raise ValueError(f"method {self.name!r}: tree kind {self.tree!r} does not fit ranked={self.ranked}")
+        if self.drafts != (self.drafter is not None):
+            raise ValueError(f"method {self.name!r}: drafts={self.drafts} but drafter={self.drafter!r}")
+
+    def known_size(self, block: int, policy: TreePolicy, ranked_paths: int, drafted: int | None = None) -> int | None:
         """Nodes the step verifies when the host knows it without reading the device.
 
-        AR verifies the root, DFlash the root and its ``block - 1`` drafts, a fixed-budget
-        tree its budget (capped by the ``ranked_paths`` that exist); the adaptive rule's
-        count is a device value (None).
+        AR verifies the root, DFlash the root and its ``block - 1`` drafts, a drafted tree
+        its fixed size ``drafted``, a fixed-budget tree its budget (capped by the
+        ``ranked_paths`` that exist); the adaptive rule's count is a device value (None).
         """
         if not self.drafts:
             return 1
+        if self.tree == "drafted":
+            if drafted is None:
+                raise ValueError(f"method {self.name!r} drafts its own tree: pass its size")
+            return drafted
         if not self.ranked:
             return block
         if policy.budget is not None:
@@ -36,10 +56,41 @@ class MethodSpec:
         return None
 
 
+@dataclass(frozen=True)
+class Eagle3Policy:
+    """EAGLE-3's tree: ``depth`` expansion rounds of the ``top_k`` best nodes, ``total_tokens`` kept.
+
+    Everything about the tree's shape that the host must know is fixed by these three
+    numbers (and the draft vocabulary), so engines can size buffers and graphs up front.
+    """
+
+    depth: int = EAGLE3_DEPTH
+    top_k: int = EAGLE3_TOPK
+    total_tokens: int = EAGLE3_TOTAL_TOKENS
+
+    def __post_init__(self) -> None:
+        if self.depth < 0 or self.top_k < 1 or self.total_tokens < 1:
+            raise ValueError(
+                f"EAGLE-3 needs depth >= 0, top-k >= 1 and total tokens >= 1; got {self.depth}, {self.top_k}, "
+                f"{self.total_tokens}"
+            )
+
+    def tree_size(self, draft_vocab: int | None = None) -> int:
+        """Nodes of every drafted tree, root included: the proposals capped by ``total_tokens``."""
+        k = self.top_k if draft_vocab is None else min(self.top_k, int(draft_vocab))
+        return min(self.total_tokens - 1, k + self.depth * k * k) + 1
+
+    @property
+    def path_width(self) -> int:
+        """Root plus the longest accepted path: drafts reach ``depth + 1`` below the root."""
+        return self.depth + 2
+
+
 SPECS: dict[str, MethodSpec] = {
     "ar": MethodSpec("ar", drafts=False, ranked=False),
-    "dflash": MethodSpec("dflash", drafts=True, ranked=False),
-    "bastion": MethodSpec("bastion", drafts=True, ranked=True),
+    "eagle3": MethodSpec("eagle3", drafts=True, ranked=False, tree="drafted", drafter="eagle3"),
+    "dflash": MethodSpec("dflash", drafts=True, ranked=False, drafter="dflash"),
+    "bastion": MethodSpec("bastion", drafts=True, ranked=True, tree="ranked", drafter="dflash"),
 }
 assert tuple(SPECS) == METHODS
 

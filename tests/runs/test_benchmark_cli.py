@@ -147,7 +147,7 @@ def test_read_only_cache_dir_without_calibration(workdir):
 
 @pytest.mark.parametrize("argv,needle", [
     (["--dataset", "no-such-set"], "gsm8k"),  # the error lists the supported names
-    (["--methods", "ar,beam"], "choose from ar, dflash, bastion"),
+    (["--methods", "ar,beam"], "choose from ar, eagle3, dflash, bastion"),
 ])
 def test_bad_arguments(workdir, capsys, argv, needle):
     root, target, drafter, data = workdir

@@ -85,3 +85,45 @@ def save_pair(folder: Path, family: str = "qwen3", block_size: int = 8, seed: in
     byte_tokenizer().save_pretrained(t_dir)
     tiny_drafter(target, block_size=block_size, mask_id=MASK_ID).save_pretrained(str(d_dir))
     return t_dir, d_dir
+
+
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 64, "rope_theta": 500_000.0}
+
+
+def llama31_target(layers: int = 8, vocab: int = 260, hidden: int = 64, seed: int = 0):
+    """A random Llama-3.1-style target: llama3 RoPE scaling, theta 500k."""
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=hidden // 4, vocab_size=vocab,
+                      max_position_embeddings=2048, tie_word_embeddings=False, eos_token_id=EOS_ID,
+                      rope_parameters=dict(LLAMA3_ROPE))
+    model = LlamaForCausalLM(cfg)
+    model.config._attn_implementation = "sdpa"
+    return model.eval()
+
+
+def save_eagle3_head(folder: Path, target, draft_vocab: int = 96, seed: int = 2, layer_ids: list[int] | None = None,
+                     layout: str = "eagle", scale: float = 1.0) -> Path:
+    """Write a random EAGLE-3 head for ``target`` in a public layout, with a reduced draft vocabulary.
+
+    The draft vocabulary is a random subset of the target's (``d2t``/``t2d`` as the
+    releases store them); RoPE is the target's.  ``scale`` sharpens the head's logits.
+    """
+    from dflash.eagle3.checkpoint import save_eagle3
+    from dflash.eagle3.model import Eagle3Head
+    from dflash.eagle3.train import head_config_for
+
+    g = torch.Generator().manual_seed(seed)
+    vocab = int(target.config.vocab_size)
+    cfg = head_config_for(target.config, draft_vocab, layer_ids, None)
+    torch.manual_seed(seed)
+    head = Eagle3Head(cfg)
+    used = torch.sort(torch.randperm(vocab, generator=g)[:draft_vocab]).values
+    with torch.no_grad():
+        head.d2t.copy_(used - torch.arange(draft_vocab))
+        head.t2d.zero_()
+        head.t2d[used] = True
+        head.lm_head.weight.mul_(scale)
+    save_eagle3(head, folder, layout=layout)
+    return Path(folder)

@@ -1,4 +1,5 @@
-# Model weights: resolve (and on the first run download) each target/drafter pair once.
+# Model weights: resolve (and on the first run download) each target/drafter pair once,
+# with its EAGLE-3 head when the experiment runs eagle3.
 
 
 rule fetch_model:
@@ -6,6 +7,7 @@ rule fetch_model:
         "results/models/{model}.json",
     params:
         spec=model_spec,
+        eagle3="eagle3" in METHODS,
     log:
         "logs/fetch_model/{model}.log",
     benchmark:

@@ -1,4 +1,4 @@
-"""Distribution of tokens committed per step, DFlash against BASTION."""
+"""Distribution of tokens committed per step, EAGLE-3 and DFlash against BASTION."""
 
 from bastion.pipeline.joblog import job_log
 from bastion.report import plots_steps
