@@ -19,7 +19,7 @@ stage() { echo "== $1 rc=$2 $3 s" | tee -a "$OUT/env.txt"; }
 W=/tmp/e2e; rm -rf $W; mkdir -p $W
 (cd "$SRC" && tar --exclude=./.whl --exclude=./.carry --exclude=./.git -cf - .) | tar -xf - -C $W
 cd $W; t=$SECONDS
-timeout ${E2E_LIMIT:-300} python3 -m snakemake --cores 8 --resources gpu=1 figures/speedup_table.pdf > "$OUT/e2e.log" 2>&1
+timeout ${E2E_LIMIT:-300} python3 -m snakemake figures/speedup_table.pdf --cores 8 --resources gpu=1 > "$OUT/e2e.log" 2>&1
 stage e2e $? $((SECONDS - t))
 cp figures/speedup_table.md "$OUT/" 2>/dev/null
 tar czf "$OUT/e2e_logs.tgz" logs results/*/aggregate figures/*.md 2>/dev/null

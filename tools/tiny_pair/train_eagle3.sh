@@ -10,19 +10,20 @@
 #   1. prompt source: the non-held-out stdlib training text (tools/tiny_pair/corpus.py),
 #      tokenised with the target's tokenizer;
 #   2. self-distillation data: the target's own continuations (dflash.distill_data);
-#   3. the head, with the training-time test (dflash.eagle3.train): taps 0, 2, 4 of the
-#      6-layer target (the reference taps [1, L//2-1, L-4] collide below 7 layers), a draft
-#      vocabulary of the 1024 most frequent tokens, MLP 384;
+#   3. the head, with the training-time test (dflash.eagle3.train): the reference taps
+#      [1, L//2-1, L-4] of an L-layer target (below 7 layers they collide, so 0, L//2-1, L-2),
+#      a draft vocabulary of the 1024 most frequent tokens, MLP 384;
 #   4. bf16 copy into dflash/assets/tiny/eagle3/.
 set -euo pipefail
 WORK=${1:-/tmp/tiny_eagle3}
 TARGET=$(python -c 'from bastion.models.registry import tiny_dir; print(tiny_dir("target"))')
 STEPS=${EAGLE3_STEPS:-120}
+TAPS=$(python -c 'import json,sys; L=json.load(open(sys.argv[1]+"/config.json"))["num_hidden_layers"]; print(",".join(map(str, [1, L//2-1, L-4] if L >= 7 else [0, L//2-1, L-2])))' "$TARGET")
 mkdir -p "$WORK"
 
 # 1. corpus text and its token ids
 if [ ! -f "$WORK/corpus/train.txt" ]; then
-    python tools/tiny_pair/corpus.py --out "$WORK/corpus"
+    python -m tools.tiny_pair.corpus --out "$WORK/corpus"
 fi
 python - "$TARGET" "$WORK" <<'PY'
 import sys
@@ -41,7 +42,7 @@ python -m dflash.distill_data --target "$TARGET" --data "$WORK/train_ids.npy" --
 
 # 3. the head
 python -m dflash.eagle3.train --target "$TARGET" --data "$WORK/distill.npy" --out "$WORK/run" \
-    --target-layer-ids 0,2,4 --draft-vocab-size 1024 --intermediate-size 384 \
+    --target-layer-ids "$TAPS" --draft-vocab-size 1024 --intermediate-size 384 \
     --ttt-steps 7 --steps "$STEPS" --batch-size 8 --seq-len 160 --lr 2e-3 --seed 0 \
     --device cpu --target-dtype fp32 --log-every 50
 
