@@ -141,12 +141,14 @@ class EagerDecoder:
             if use_draft:
                 feats = vout.features[:, keep]
                 feat_pos = torch.arange(c, c + a + 1, device=device)
+            before = len(output)
             ended = emit(output, emitted, stops, max_new_tokens)
             if ended is not None:
                 done, stop_reason = True, ended
             root = proposals[last[0]]
             tf = clock()
-            steps.append(StepStats(len(emitted), n, c, tb - ta, tc - tb, td - tc, te - td, tf - te))
+            # only the tokens emitted count: a stop token or max_new_tokens may cut the step
+            steps.append(StepStats(len(output) - before, n, c, tb - ta, tc - tb, td - tc, te - td, tf - te))
         sync(device)
         t2 = time.perf_counter()
         return GenerationResult(output, prompt_len, t1 - t0, t2 - t1, stop_reason, steps)

@@ -128,11 +128,12 @@ class StaticDecoder:
             back = eng.read_back()  # the step's one host synchronisation
             if pending is not None:  # the previous step's tokens
                 a, emitted = back[0], emitted_tokens(back)
-                pending.committed = len(emitted)
                 steps.append(pending)
-                pending = None
                 c += a + 1
+                before = len(output)
                 ended = emit(output, emitted, stops, max_new_tokens)
+                pending.committed = len(output) - before  # only emitted tokens count (cut at stops, max_new_tokens)
+                pending = None
                 if ended is not None:
                     done, stop_reason = True, ended
                     break
