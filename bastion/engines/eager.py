@@ -174,8 +174,12 @@ class EagerProbe:
         ctx = torch.randint(0, int(target.config.vocab_size), (1, c), generator=generator).to(device)
         target.forward(ctx, torch.arange(c, device=device)[None], None, self.cache, features=False)
 
-    def probe(self, tokens: torch.Tensor, c: int) -> Callable[[], None]:
-        """Verify ``tokens`` [s] as a chain after ``c`` cached tokens, then crop back."""
+    def probe(self, tokens: torch.Tensor, c: int, temperature: float = 0.0) -> Callable[[], None]:
+        """Verify ``tokens`` [s] as a chain after ``c`` cached tokens, then crop back.
+
+        At ``temperature`` > 0 every node also samples its token (softmax + multinomial
+        over the vocabulary), as a sampling decode step does.
+        """
         target, cache = self.target, self.cache
         s, device = tokens.shape[0], tokens.device
         ids = tokens.view(1, s)
@@ -183,9 +187,13 @@ class EagerProbe:
         mask = torch.ones(1, 1, s, c + s, dtype=torch.bool, device=device)
         mask[0, 0, :, c:] = torch.ones(s, s, dtype=torch.bool, device=device).tril_()
 
+        gen = torch.Generator(device=device).manual_seed(0) if temperature > 0 else None
+
         def step() -> None:
             out = target.forward(ids, pos, mask, cache, features=False)
-            target.logits(out.hidden[0])
+            logits = target.logits(out.hidden[0])
+            if temperature > 0:
+                propose(logits, temperature, gen)
             cache.crop(c)
 
         return step

@@ -21,5 +21,5 @@ with job_log(snakemake.log[0]), pinned(k["device"]):
         device=k["device"], dtype=k["dtype"], attn_impl=k["attn_impl"], engine=k["engine"], seed=k["seed"],
         data_seed=k["seed"], calibration=snakemake.input.calibration, hardware=snakemake.wildcards.hardware,
         output=snakemake.output[0], model_name=snakemake.wildcards.model, dataset_name=snakemake.wildcards.dataset,
-        shard=parse_shard(snakemake.params.shard or None),
+        shard=parse_shard(snakemake.params.shard or None), history_from=snakemake.input.get("history"),
     ).execute()
