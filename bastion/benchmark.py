@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from typing import Any, Sequence
 
@@ -52,6 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=int, default=None, help="BASTION: fixed tree size instead of the adaptive rule")
     p.add_argument("--calib-grid", default="auto", help="latency grid: paper, small or tiny (auto: paper on GPU, small on CPU)")
     p.add_argument("--recalibrate", action="store_true", help="ignore and replace an existing calibration")
+    p.add_argument("--accept-calibration-error", action="store_true",
+                   help="keep a calibration whose held-out error stays above the 10%% gate after one re-measurement")
+    p.add_argument("--history-from", default=None,
+                   help="AR records (.jsonl) whose answers form every later turn's history (multi-turn sets)")
     p.add_argument("--calibration", default=None, help="use this calibration file (made by the pipeline) instead of --cache-dir")
     p.add_argument("--hardware", default="auto", help="hardware key recorded with the results (auto: detected)")
     p.add_argument("--model-name", default=None, help="name recorded with the results (default: --model)")
@@ -88,9 +93,14 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.output:
+        # SIGTERM: stop with one line; the prompts already finished stay in the partial file
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(
+            f"error: terminated (SIGTERM); finished prompts are kept in {args.output}.partial: "
+            "rerun the same command to resume"))
     try:
         run(args)
-    except (ValueError, RuntimeError, FileNotFoundError) as exc:
+    except (ValueError, RuntimeError, OSError) as exc:
         if os.environ.get("BASTION_TRACEBACK"):
             raise
         print(f"error: {exc}", file=sys.stderr)

@@ -33,6 +33,9 @@ LONGBENCH_SUBSETS: tuple[str, ...] = (
     "qasper", "multifieldqa_en", "gov_report", "multi_news", "triviaqa", "samsum", "passage_retrieval_en",
 )
 OFFLINE_DATASETS: tuple[str, ...] = ("humaneval-pkg", "stdlib-heldout")
+# Sets whose prompts have several user turns: every method's turn-k prompt carries AR's
+# answers to turns 1..k-1 (the CLI decodes AR first; the pipeline's other jobs read AR's records).
+MULTI_TURN_DATASETS: tuple[str, ...] = ("mt-bench",)
 
 METHOD_LABELS: dict[str, str] = {"ar": "AR", "eagle3": "EAGLE-3", "dflash": "DFlash", "bastion": "BASTION"}
 ABLATION_PREFIX = "bastion-b"  # fixed-budget BASTION runs of the budget ablation: bastion-b64

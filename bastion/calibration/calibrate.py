@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-from bastion.calibration.grid import Grid, fit_probe, probe_grid
+from bastion.calibration.grid import MAX_HELDOUT_MAPE, Grid, gated_fit, probe_grid
 from bastion.calibration.overheads import profile_overheads
 from bastion.calibration.peaks import measure_peaks
 from bastion.calibration.store import Calibration
@@ -44,10 +44,15 @@ def calibrate(
     log: Callable[[str], None] = print,
     seed: int = 0,
     progress: bool = True,
+    temperature: float = 0.0,
+    max_heldout_mape: float | None = MAX_HELDOUT_MAPE,
 ) -> Calibration:
     """Measure peaks, probe the grid, fit, then profile the step overheads.
 
     ``engine`` must be the engine that will decode; its drafter makes the overhead probe.
+    At ``temperature`` > 0 the grid probes and the overhead run sample at every node, so
+    C(n) and T_other include the sampling cost.  The fit passes the quality gate of
+    :func:`~bastion.calibration.grid.gated_fit` (``max_heldout_mape=None``: no gate).
     """
     t0 = time.perf_counter()
     target = engine.target
@@ -55,14 +60,16 @@ def calibrate(
     peaks = measure_peaks(target.device, target.dtype)
     log(f"[calibrate] peaks: {peaks.flops_per_s / 1e12:.2f} TFLOP/s matmul, "
         f"{peaks.attention_flops_per_s / 1e12:.2f} TFLOP/s masked attention, {peaks.bytes_per_s / 1e9:.1f} GB/s")
-    rows = probe_grid(engine.verify_probe(), grid, progress=progress)
-    model_obj, report = fit_probe(rows, shape, peaks, grid.holdout_every)
+    probe = engine.verify_probe()
+    rows, model_obj, report = gated_fit(
+        lambda: probe_grid(probe, grid, temperature=temperature, progress=progress),
+        shape, peaks, grid.holdout_every, max_heldout_mape, log)
     log(
         f"[calibrate] fit {model_obj.params}; in-sample MAPE {report['in_sample_mape']:.1%}, "
         f"held-out MAPE {report.get('heldout_mape', float('nan')):.1%}"
     )
     overheads = profile_overheads(lambda: engine.decoder("bastion", overhead_policy(policy)),
-                                  probe_prompt(target.config.vocab_size, seed))
+                                  probe_prompt(target.config.vocab_size, seed), temperature=temperature)
     log(f"[calibrate] T_draft {overheads.t_draft * 1e3:.2f} ms, T_other {overheads.t_other * 1e3:.2f} ms")
     return Calibration(
         model=model,
@@ -73,4 +80,5 @@ def calibrate(
         grid=asdict(grid),
         points=rows,
         seconds=time.perf_counter() - t0,
+        temperature=float(temperature),
     )

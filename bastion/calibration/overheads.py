@@ -5,13 +5,19 @@ from __future__ import annotations
 import statistics
 from typing import Callable, Sequence
 
+import torch
+
 from bastion.calibration.store import CalibrationError
 from bastion.costmodel.model import StepOverheads
 from bastion.engines.base import Decoder
 
 
-def profile_overheads(decoder_factory: Callable[[], Decoder], prompt_ids: Sequence[int], steps: int = 24) -> StepOverheads:
+def profile_overheads(decoder_factory: Callable[[], Decoder], prompt_ids: Sequence[int], steps: int = 24,
+                      temperature: float = 0.0) -> StepOverheads:
     """Steady-state ``T_draft`` and ``T_other`` from a short fixed-budget BASTION run.
+
+    At ``temperature`` > 0 the run samples, so ``T_other`` includes the per-node sampling
+    the decoders do outside the verification forward.
 
     The first step is dropped: its drafter call ingests the whole prompt's features
     (a prefill), which is not what a steady decoding step pays.
@@ -19,7 +25,9 @@ def profile_overheads(decoder_factory: Callable[[], Decoder], prompt_ids: Sequen
     dec = decoder_factory()
     draft, other = [], []
     for _ in range(2):  # second pass is warm
-        res = dec.generate(prompt_ids, max_new_tokens=steps * 2, collect_stats=True)
+        gen = torch.Generator(device=dec.target.device).manual_seed(0)
+        res = dec.generate(prompt_ids, max_new_tokens=steps * 2, temperature=temperature, generator=gen,
+                           collect_stats=True)
         draft = [st.t_draft for st in res.steps[1:]]
         other = [st.t_other for st in res.steps[1:]]
     if not draft:

@@ -18,7 +18,7 @@ import torch
 
 from bastion.calibration import fingerprint, hardware
 from bastion.calibration.calibrate import overhead_policy, probe_prompt
-from bastion.calibration.grid import Grid, fit_probe, probe_grid
+from bastion.calibration.grid import MAX_HELDOUT_MAPE, Grid, gated_fit, probe_grid
 from bastion.calibration.overheads import profile_overheads
 from bastion.calibration.peaks import measure_peaks
 from bastion.calibration.store import Calibration, write_json_atomic
@@ -67,7 +67,8 @@ def measure_hardware(out: str, hardware_key: str, pattern: str | None, device: s
 
 
 def calibrate_latency(out: str, model_json: str, hardware_json: str, grid_name: str, device: str, dtype: str,
-                      attn_impl: str, engine: str, datasets: Sequence[str] = (), max_new_tokens: int = 0) -> dict[str, Any]:
+                      attn_impl: str, engine: str, datasets: Sequence[str] = (), max_new_tokens: int = 0,
+                      temperature: float = 0.0, max_heldout_mape: float | None = MAX_HELDOUT_MAPE) -> dict[str, Any]:
     """The latency grid and its fit; the grid's contexts reach the longest prompt of ``datasets`` plus ``max_new_tokens``."""
     hw = read_json(hardware_json)
     dev, dt, fp_now, paths, target = _load_target(hw["fingerprint"], hardware_json, model_json, device, dtype,
@@ -79,17 +80,19 @@ def calibrate_latency(out: str, model_json: str, hardware_json: str, grid_name: 
     engine = resolve_engine(engine, dev)
     drafter = models.load_drafter(paths["drafter"], dt, dev) if engine != "eager" else None
     probe_engine = Engine(engine, target, drafter, n_max=1)  # probe_grid sizes it to the grid
-    rows = probe_grid(probe_engine.verify_probe(), grid, progress=True)
+    probe = probe_engine.verify_probe()
     shape = ModelShape.from_config(target.config, torch.finfo(dt).bits // 8)
-    cost, report = fit_probe(rows, shape, HardwarePeaks(**hw["peaks"]), grid.holdout_every)
-    result = {"fingerprint": fp_now, "grid": asdict(grid), "points": rows, "cost_model": cost.to_dict(), "report": report}
+    rows, cost, report = gated_fit(lambda: probe_grid(probe, grid, temperature=temperature, progress=True), shape,
+                                   HardwarePeaks(**hw["peaks"]), grid.holdout_every, max_heldout_mape, print)
+    result = {"fingerprint": fp_now, "grid": asdict(grid), "points": rows, "cost_model": cost.to_dict(), "report": report,
+              "temperature": float(temperature)}
     write_json_atomic(out, result)
     return result
 
 
 def profile_constants(out: str, model_name: str, model_json: str, latency_json: str, device: str, dtype: str, attn_impl: str,
                       engine: str, n_min: int, seed: int = 0) -> Calibration:
-    """Measure T_draft and T_other and write the complete calibration file."""
+    """Measure T_draft and T_other (sampling at the latency grid's temperature) and write the calibration file."""
     lat = read_json(latency_json)
     dev, dt, fp_now, paths, target = _load_target(lat["fingerprint"], latency_json, model_json, device, dtype,
                                                   attn_impl, engine)
@@ -98,7 +101,8 @@ def profile_constants(out: str, model_name: str, model_json: str, latency_json: 
     probe = probe_prompt(target.config.vocab_size, seed)
     policy = overhead_policy(TreePolicy(n_min=n_min))
     eng = Engine(engine, target, drafter, n_max=policy.budget, max_context=len(probe) + 4 * n_min + 64)
-    overheads = profile_overheads(lambda: eng.decoder("bastion", policy), probe)
+    temperature = float(lat.get("temperature", 0.0))
+    overheads = profile_overheads(lambda: eng.decoder("bastion", policy), probe, temperature=temperature)
     cal = Calibration(
         model=model_name,
         fingerprint=fp_now,
@@ -107,6 +111,7 @@ def profile_constants(out: str, model_name: str, model_json: str, latency_json: 
         report=lat["report"],
         grid=lat["grid"],
         points=lat["points"],
+        temperature=temperature,
     )
     cal.save(out)
     return cal

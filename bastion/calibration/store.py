@@ -18,6 +18,7 @@ from bastion.calibration import fingerprint as fp
 from bastion.costmodel.model import CostModel, StepOverheads
 
 FORMAT_VERSION = 1
+REQUIRED_KEYS = ("format_version", "model", "fingerprint", "cost_model", "overheads", "report", "grid", "points")
 
 
 class CalibrationError(RuntimeError):
@@ -34,6 +35,21 @@ class Calibration:
     grid: dict[str, Any]
     points: list[dict[str, float]] = field(default_factory=list)
     seconds: float = 0.0
+    temperature: float = 0.0  # the sampling temperature it was measured at (0: greedy probes and overheads)
+
+    @property
+    def sampled(self) -> bool:
+        return self.temperature > 0
+
+    def check_temperature(self, temperature: float, path: str | os.PathLike) -> None:
+        """A decode's temperature class (greedy or sampling) must be the one this calibration measured."""
+        if (temperature > 0) != self.sampled:
+            made = f"with sampling at T={self.temperature:g}" if self.sampled else "greedy (T=0) only"
+            raise CalibrationError(
+                f"calibration {path} was made {made}, but this run decodes at --temperature {temperature:g}; "
+                f"calibrate for {'sampling' if temperature > 0 else 'greedy decoding'}: omit --calibration to use "
+                "--cache-dir (one file per temperature class), or pass --recalibrate"
+            )
 
     @property
     def max_s(self) -> int:
@@ -51,30 +67,50 @@ class Calibration:
             "grid": self.grid,
             "points": self.points,
             "seconds": self.seconds,
+            "temperature": self.temperature,
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Calibration":
-        if d.get("format_version") != FORMAT_VERSION:
-            raise CalibrationError(f"calibration format {d.get('format_version')} is not {FORMAT_VERSION}")
-        return cls(
-            model=d["model"],
-            fingerprint=d["fingerprint"],
-            cost_model=CostModel.from_dict(d["cost_model"]),
-            overheads=StepOverheads(**d["overheads"]),
-            report=d["report"],
-            grid=d["grid"],
-            points=d.get("points", []),
-            seconds=d.get("seconds", 0.0),
-        )
+    def from_dict(cls, d: dict[str, Any], where: str = "the calibration") -> "Calibration":
+        fix = "delete it or rerun with --recalibrate"
+        if not isinstance(d, dict):
+            raise CalibrationError(f"{where} is not a calibration (a JSON object); {fix}")
+        missing = [k for k in REQUIRED_KEYS if k not in d]
+        if missing:
+            raise CalibrationError(f"{where} lacks the key(s) {', '.join(missing)}; {fix}")
+        if d["format_version"] != FORMAT_VERSION:
+            raise CalibrationError(f"{where} has format {d['format_version']}, not {FORMAT_VERSION}; {fix}")
+        try:
+            return cls(
+                model=d["model"],
+                fingerprint=d["fingerprint"],
+                cost_model=CostModel.from_dict(d["cost_model"]),
+                overheads=StepOverheads(**d["overheads"]),
+                report=d["report"],
+                grid=d["grid"],
+                points=d["points"],
+                seconds=d.get("seconds", 0.0),
+                temperature=float(d.get("temperature", 0.0)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CalibrationError(f"{where} is malformed ({type(exc).__name__}: {exc}); {fix}") from None
 
     def save(self, path: str | os.PathLike) -> None:
         write_json_atomic(path, self.to_dict())
 
     @classmethod
     def load(cls, path: str | os.PathLike, current: dict[str, Any] | None = None) -> "Calibration":
-        with open(path, encoding="utf-8") as fh:
-            cal = cls.from_dict(json.load(fh))
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except json.JSONDecodeError as exc:
+            raise CalibrationError(
+                f"calibration {path} is not valid JSON (line {exc.lineno}: {exc.msg}; truncated?); "
+                "delete it or rerun with --recalibrate"
+            ) from None
+        except UnicodeDecodeError:
+            raise CalibrationError(f"calibration {path} is not text; delete it or rerun with --recalibrate") from None
+        cal = cls.from_dict(data, f"calibration {path}")
         if current is not None:
             fp.check(
                 cal.fingerprint,
@@ -99,10 +135,15 @@ def model_slug(name: str) -> str:
     return name.strip("/").replace("/", "--").replace(" ", "_")
 
 
-def calibration_path(cache_dir: str | os.PathLike, hw_key: str, model: str, engine: str = "eager") -> Path:
-    """Per (hardware, model, engine): each engine has its own latency curve."""
-    suffix = "" if engine == "eager" else f"_{engine}"
+def calibration_path(cache_dir: str | os.PathLike, hw_key: str, model: str, engine: str = "eager",
+                     temperature: float = 0.0) -> Path:
+    """Per (hardware, model, engine, temperature class): each engine has its own latency curve,
+    and sampling (T > 0) adds a per-node cost that greedy decoding does not pay."""
+    suffix = ("" if engine == "eager" else f"_{engine}") + (SAMPLED_SUFFIX if temperature > 0 else "")
     return Path(cache_dir) / f"calibration_{hw_key}_{model_slug(model)}{suffix}.json"
+
+
+SAMPLED_SUFFIX = "_sampled"  # calibration files made at T > 0 (the CLI cache and the pipeline)
 
 
 def check_writable(cache_dir: str | os.PathLike, path: Path) -> None:

@@ -61,7 +61,10 @@ class CostModel:
         return np.maximum(p.a_c * t_comp + p.b_c, p.a_m * t_mem + p.b_m)
 
     def curve(self, c: int, n_max: int, device: torch.device | str = "cpu") -> torch.Tensor:
-        """C(n, c) for n = 0..n_max+1 as a float32 tensor on ``device`` (index n).
+        """C(n, c) for n = 0..n_max+1 as a float64 tensor on ``device`` (index n).
+
+        fp64 as in the original release: the budget rule compares C(n+1) - C(n), a small
+        difference of two large numbers, which fp32 rounding can flip.
 
         Both roofline terms are polynomials in s with c entering linearly, so the parts
         that do not depend on c are precomputed once and each step costs two fused ops.
@@ -82,7 +85,7 @@ class CostModel:
                 as_t(p.a_m * mem1),
             )
         c0, c1, m0, m1 = self._curve_cache[key]
-        out = torch.maximum(c0 + c1 * c, m0 + m1 * c).float()
+        out = torch.maximum(c0 + c1 * c, m0 + m1 * c)
         out[:1].fill_(0.0)  # fill_: no host-to-device copy, so a CUDA graph can capture it
         return out
 

@@ -45,7 +45,8 @@ class VerifyProbe(Protocol):
     Calibration times exactly what the engine's decode steps run, whatever the engine:
     ``reserve`` sizes buffers for the whole grid once, ``at_context`` readies ``c`` cached
     tokens (with room for ``room`` more), ``probe`` returns a call verifying ``tokens`` [s]
-    as a chain after them.
+    as a chain after them (at ``temperature`` > 0 sampling a token at every node, as
+    the decoders do).
     """
 
     target: Target
@@ -54,7 +55,7 @@ class VerifyProbe(Protocol):
 
     def at_context(self, c: int, room: int, generator: torch.Generator) -> None: ...
 
-    def probe(self, tokens: torch.Tensor, c: int) -> Callable[[], None]: ...
+    def probe(self, tokens: torch.Tensor, c: int, temperature: float = 0.0) -> Callable[[], None]: ...
 
 
 class PositionLimitError(ValueError):

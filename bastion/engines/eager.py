@@ -164,12 +164,14 @@ class EagerDecoder:
             elif use_draft:
                 feats = vout.features[:, keep]
                 feat_pos = torch.arange(c, c + a + 1, device=device)
+            before = len(output)
             ended = emit(output, emitted, stops, max_new_tokens)
             if ended is not None:
                 done, stop_reason = True, ended
             root = proposals[last[0]]
             tf = clock()
-            steps.append(StepStats(len(emitted), n, c, tb - ta, tc - tb, td - tc, te - td, tf - te))
+            # only the tokens emitted count: a stop token or max_new_tokens may cut the step
+            steps.append(StepStats(len(output) - before, n, c, tb - ta, tc - tb, td - tc, te - td, tf - te))
         sync(device)
         t2 = time.perf_counter()
         return GenerationResult(output, prompt_len, t1 - t0, t2 - t1, stop_reason, steps)
@@ -195,8 +197,12 @@ class EagerProbe:
         ctx = torch.randint(0, int(target.config.vocab_size), (1, c), generator=generator).to(device)
         target.forward(ctx, torch.arange(c, device=device)[None], None, self.cache, features=False)
 
-    def probe(self, tokens: torch.Tensor, c: int) -> Callable[[], None]:
-        """Verify ``tokens`` [s] as a chain after ``c`` cached tokens, then crop back."""
+    def probe(self, tokens: torch.Tensor, c: int, temperature: float = 0.0) -> Callable[[], None]:
+        """Verify ``tokens`` [s] as a chain after ``c`` cached tokens, then crop back.
+
+        At ``temperature`` > 0 every node also samples its token (softmax + multinomial
+        over the vocabulary), as a sampling decode step does.
+        """
         target, cache = self.target, self.cache
         s, device = tokens.shape[0], tokens.device
         ids = tokens.view(1, s)
@@ -204,9 +210,13 @@ class EagerProbe:
         mask = torch.ones(1, 1, s, c + s, dtype=torch.bool, device=device)
         mask[0, 0, :, c:] = torch.ones(s, s, dtype=torch.bool, device=device).tril_()
 
+        gen = torch.Generator(device=device).manual_seed(0) if temperature > 0 else None
+
         def step() -> None:
             out = target.forward(ids, pos, mask, cache, features=False)
-            target.logits(out.hidden[0])
+            logits = target.logits(out.hidden[0])
+            if temperature > 0:
+                propose(logits, temperature, gen)
             cache.crop(c)
 
         return step

@@ -195,10 +195,11 @@ class StaticDecoder:
 def _absorb(back: list[int], pending: StepStats, steps: list[StepStats], output: list[int], stops: set[int],
             max_new_tokens: int) -> tuple[int, str | None]:
     """Take in a verified step's readback: record it, emit its tokens; return (accepted count, why it ended)."""
-    emitted = emitted_tokens(back)
-    pending.committed = len(emitted)
+    before = len(output)
+    ended = emit(output, emitted_tokens(back), stops, max_new_tokens)
+    pending.committed = len(output) - before  # only emitted tokens count (cut at stops, max_new_tokens)
     steps.append(pending)
-    return back[0], emit(output, emitted, stops, max_new_tokens)
+    return back[0], ended
 
 
 def _clock(collect_stats: bool | str, device: torch.device) -> tuple:

@@ -40,7 +40,7 @@ from bastion.engines.static_cache import (
 from bastion.engines.static_layers import FusedLayers
 from bastion.models.eagle3 import Eagle3Drafter
 from bastion.models.target import Target
-from bastion.speculative.accept import accept
+from bastion.speculative.accept import accept, propose
 from bastion.speculative.path_rank import top_paths
 from bastion.speculative.tree import (
     Tree,
@@ -312,7 +312,7 @@ class StaticEngine:
         """Nothing to prefill: the cached values do not change a verification's time."""
 
     @torch.no_grad()
-    def probe(self, tokens: torch.Tensor, c: int) -> Callable[[], None]:
+    def probe(self, tokens: torch.Tensor, c: int, temperature: float = 0.0) -> Callable[[], None]:
         """One verification of a chain of ``tokens`` [s] at context ``c``, exactly as a decode step runs it.
 
         For the latency grid: the cached context's values do not change the time, so the
@@ -327,7 +327,16 @@ class StaticEngine:
         self.tree_anc[:s, :s].copy_(torch.ones(s, s, dtype=torch.bool, device=self.device).tril_())
         self.tree_depths[:s].copy_(self.arange[:s])
         feats = self.drafter is not None  # decoding with a drafter taps features: so does the probe
-        return lambda: self.runner(("verify", s, kv, True, feats), lambda: self.verify(s, kv, True, feats))
+        if temperature <= 0:
+            return lambda: self.runner(("verify", s, kv, True, feats), lambda: self.verify(s, kv, True, feats))
+        self.logits_buffer()  # allocated before the graph that writes it is captured
+        gen = torch.Generator(device=self.device).manual_seed(0)
+
+        def sampled() -> None:  # as a sampling decode step: logits out, then eager sampling at every node
+            self.runner(("verify", s, kv, False, feats), lambda: self.verify(s, kv, False, feats))
+            self.proposals[:s].copy_(propose(self.logits_buffer()[:s], temperature, gen))
+
+        return sampled
 
     def state(self) -> list[torch.Tensor]:
         """Tensors :meth:`commit` updates in place (restored after capture warm-up)."""
@@ -337,7 +346,7 @@ class StaticEngine:
         return [self.cache.kv, self.length, self.root, self.readback, *extra]
 
     def logits_buffer(self) -> torch.Tensor:
-        if self.logits is None:
+        if self.logits is None or self.logits.shape[0] < self.n_max:  # n_max may have grown
             vocab = self.target.lm_head.weight.shape[0]
             self.logits = torch.zeros(self.n_max, vocab, dtype=self.dtype, device=self.device)
         return self.logits

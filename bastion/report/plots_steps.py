@@ -210,8 +210,14 @@ def cost_model_fit(grid_jsons: Sequence[str | os.PathLike], models: Sequence[str
         ax.set_aspect("equal", adjustable="box")
         ax.set_xlabel("Measured verification latency (ms)")
         ax.set_ylabel("Predicted verification latency (ms)")
-        ax.set_title(f"{name}: held-out MAPE {out_mape:.1f}%" if held.any() else f"{name}: MAPE {in_mape:.1f}%",
-                     fontsize=10)
+        worst = report.get("heldout_max_ape")
+        head = f"{name}: held-out error {out_mape:.1f}% mean" if held.any() else f"{name}: MAPE {in_mape:.1f}%"
+        if held.any() and worst is not None:
+            head += f", {100 * worst:.1f}% worst"
+        gate = report.get("quality_gate") or {}
+        if gate and not gate.get("passed", True):
+            head += "\n(above the calibration quality gate; accepted by override)"
+        ax.set_title(head, fontsize=10)
         ax.legend(fontsize=7, loc="upper left")
         ax.grid(alpha=0.3)
     finish_panels(fig, axes, len(panels), title_text(title, "Cost model fit"), height, out_pdf)

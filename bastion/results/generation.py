@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 class StepStats:
     """One decoding step.  Times are seconds, measured only when statistics are requested."""
 
-    committed: int  # tokens emitted by this step (accepted drafts + the target's own token)
+    committed: int  # tokens this step emitted (accepted drafts + the target's own token, cut at a stop or the limit)
     tree_size: int  # tokens in the verification forward, root included
     context: int  # tokens in the target's cache before the step
     t_draft: float = 0.0
@@ -38,4 +38,5 @@ class GenerationResult:
 
     @property
     def acceptance_lengths(self) -> list[int]:
+        """Tokens emitted per step; they sum to ``len(output_ids) - 1`` (the prefill emits the first token)."""
         return [s.committed for s in self.steps]

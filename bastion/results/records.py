@@ -67,22 +67,53 @@ def partial_path(output: str | os.PathLike) -> Path:
     return Path(f"{output}.partial")
 
 
+class RecordWriteError(RuntimeError):
+    """Records could not be written (unwritable path, full disk); what was written before is kept."""
+
+
+def check_writable(part: Path) -> None:
+    """Create (or open for appending) the partial file now, so an unwritable output fails before any work."""
+    try:
+        part.parent.mkdir(parents=True, exist_ok=True)
+        with open(part, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise RecordWriteError(
+            f"cannot write {part} ({exc.strerror}); pass an --output in a writable folder"
+        ) from None
+
+
 def read_partial(path: Path, key: str) -> list[dict[str, Any]]:
-    """Complete records of an interrupted run (a torn last line is dropped)."""
+    """Complete records of an interrupted run.
+
+    A torn last line (a write cut by a kill or a full disk) is removed from the file, so
+    the next append starts on a line of its own.
+    """
     if not path.exists():
         return []
     out = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if not line.endswith("\n"):
-                break  # torn write of the prompt in flight
-            rec = json.loads(line)
-            if rec.get("run_key") != key:
-                raise ResumeMismatchError(
-                    f"{path} was written by a run with different settings (run_key {rec.get('run_key')} != {key}); "
-                    "delete it to start over, or rerun with the original settings to resume"
-                )
-            out.append(rec)
+    good = 0  # bytes of complete lines
+    with open(path, "rb") as fh:
+        data = fh.read()
+    for raw in data.splitlines(keepends=True):
+        if not raw.endswith(b"\n"):
+            break  # torn write of the prompt in flight
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            raise ResumeMismatchError(
+                f"{path} has an unreadable line after {len(out)} records; delete it (or that line) to resume"
+            ) from None
+        if rec.get("run_key") != key:
+            raise ResumeMismatchError(
+                f"{path} was written by a run with different settings (run_key {rec.get('run_key')} != {key}); "
+                "delete it to start over, or rerun with the original settings to resume"
+            )
+        out.append(rec)
+        good += len(raw)
+    if good < len(data):
+        with open(path, "r+b") as fh:
+            fh.truncate(good)
     return out
 
 
@@ -100,10 +131,22 @@ def completed_prompts(records: Iterable[dict[str, Any]], turns_per_prompt: dict[
 def append_records(path: Path, records: Iterable[dict[str, Any]]) -> None:
     """Append one prompt's records in a single write, then fsync (they survive a kill)."""
     text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
+    size = path.stat().st_size if path.exists() else 0
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        try:  # drop the torn part: the records written before stay readable
+            with open(path, "r+b") as fh:
+                fh.truncate(size)
+        except OSError:
+            pass
+        raise RecordWriteError(
+            f"cannot append to {path} ({exc.strerror}); free space (or fix the folder) and rerun to resume from "
+            "the prompts already saved there"
+        ) from None
 
 
 def finalise(output: str | os.PathLike, records: list[dict[str, Any]]) -> None:
@@ -112,11 +155,18 @@ def finalise(output: str | os.PathLike, records: list[dict[str, Any]]) -> None:
     uniq = {(r["prompt_index"], r["turn"], r["method"]): r for r in records}
     order = sorted(uniq)
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for k in order:
-            fh.write(json.dumps(uniq[k], sort_keys=True) + "\n")
-    os.replace(tmp, out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as fh:
+            for k in order:
+                fh.write(json.dumps(uniq[k], sort_keys=True) + "\n")
+        os.replace(tmp, out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise RecordWriteError(
+            f"cannot write {out} ({exc.strerror}); its records are kept in {partial_path(out)}: "
+            "free space (or fix the folder) and rerun to finish"
+        ) from None
     partial_path(out).unlink(missing_ok=True)
 
 

@@ -20,7 +20,7 @@ import torch
 
 from bastion.calibration import fingerprint, hardware
 from bastion.calibration.calibrate import calibrate
-from bastion.calibration.grid import Grid
+from bastion.calibration.grid import MAX_HELDOUT_MAPE, Grid
 from bastion.calibration.store import (
     Calibration,
     CalibrationError,
@@ -106,6 +106,8 @@ class DecodeRun:
     eagle3_depth: int = EAGLE3_DEPTH
     eagle3_topk: int = EAGLE3_TOPK
     eagle3_total_tokens: int = EAGLE3_TOTAL_TOKENS
+    history_from: str | None = None  # AR's records: turn-k prompts carry its answers to turns 1..k-1
+    accept_calibration_error: bool = False  # keep a calibration that fails the held-out error gate
 
     def validate(self) -> None:
         """Settings checks that need no model, data or device."""
@@ -114,6 +116,12 @@ class DecodeRun:
             raise UsageError(f"--temperature must be >= 0, got {self.temperature}")
         if self.max_new_tokens < 1:
             raise UsageError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        if self.budget is not None and self.budget < 1:
+            raise UsageError(f"--budget must be >= 1 node, got {self.budget}")
+        if not 1 <= self.n_min <= self.n_max:
+            raise UsageError(f"need 1 <= --n-min <= --n-max, got --n-min {self.n_min} and --n-max {self.n_max}")
+        if self.history_from is not None and not Path(self.history_from).is_file():
+            raise UsageError(f"history records {self.history_from} do not exist; decode AR first (it writes them)")
         self.eagle3_policy()
 
     def eagle3_policy(self) -> Eagle3Policy:
@@ -145,6 +153,12 @@ class DecodeRun:
         prompts = datasets.load_prompts(self.dataset, self.max_samples, seed=self.data_seed, cache_dir=self.cache_dir)
         if not prompts:
             raise UsageError(f"dataset {self.dataset!r} has no prompts")
+        histories = _load_histories(self.history_from) if self.history_from else None
+        _check_positions(target_ref, self.max_new_tokens, self.block_size)  # from the config, before any weights
+        out_path = Path(self.output) if self.output else None
+        part = records.partial_path(f"{out_path}.rank{rank}" if out_path and world > 1 else out_path) if out_path else None
+        if part is not None:
+            records.check_writable(part)  # an unwritable --output fails now, not after the first prompt
 
         # 2. device, models, checks
         if world > 1 and not torch.distributed.is_initialized():
@@ -155,13 +169,15 @@ class DecodeRun:
         self.engine = resolve_engine(self.engine, device)  # auto -> the device's engine, in the fingerprint too
         fp_now = fingerprint.collect(device, dtype, self.attn_impl, self.engine)
         hw_key = fingerprint.hardware_key(fp_now) if self.hardware == "auto" else self.hardware
-        cal_path = Path(self.calibration) if self.calibration else calibration_path(self.cache_dir, hw_key, model_name, self.engine)
+        cal_path = Path(self.calibration) if self.calibration else calibration_path(
+            self.cache_dir, hw_key, model_name, self.engine, self.temperature)
         adaptive = "bastion" in methods and self.budget is None
         if adaptive and self.calibration and not cal_path.exists():
             raise UsageError(f"--calibration {cal_path} does not exist; omit it to calibrate into --cache-dir")
-        if adaptive and rank == 0 and not self.recalibrate:
+        if adaptive and rank == 0 and (self.calibration or not self.recalibrate):
             if cal_path.exists():
-                Calibration.load(cal_path, current=fp_now)  # a stale calibration fails here, before loading weights
+                # a stale, unreadable or wrong-temperature calibration fails here, before loading weights
+                Calibration.load(cal_path, current=fp_now).check_temperature(self.temperature, cal_path)
             else:
                 check_writable(self.cache_dir, cal_path)
         target = models.load_target(target_ref, dtype, device, self.attn_impl)
@@ -218,8 +234,6 @@ class DecodeRun:
             "calibration": None if cal is None else {"params": cal.cost_model.to_dict()["params"], "t_draft": cal.overheads.t_draft, "t_other": cal.overheads.t_other},
         }
         mine = [i for i in range(len(prompts)) if i % shard_n == shard_i and (i // shard_n) % world == rank]
-        out_path = Path(self.output) if self.output else None
-        part = records.partial_path(f"{out_path}.rank{rank}" if out_path and world > 1 else out_path) if out_path else None
         done_recs = records.read_partial(part, key) if part else []
         turns = {i: len(prompts[i]["turns"]) for i in mine}
         finished = records.completed_prompts(done_recs, turns, methods)
@@ -232,7 +246,7 @@ class DecodeRun:
         shown = bar(len(todo), f"decode {'/'.join(methods)}", "prompt", enabled=not self.quiet and rank == 0)
         tokens = seconds = 0.0
         for idx in todo:
-            prompt_recs = self._decode_prompt(idx, prompts[idx], decoders, methods, builder, stops, base)
+            prompt_recs = self._decode_prompt(idx, prompts[idx], decoders, methods, builder, stops, base, histories)
             if part:
                 records.append_records(part, prompt_recs)
             all_recs.extend(prompt_recs)
@@ -258,10 +272,20 @@ class DecodeRun:
                 part.unlink(missing_ok=True)
         return all_recs
 
-    def _decode_prompt(self, idx, prompt, decoders, methods, builder, stops, base) -> list[dict[str, Any]]:
+    def _decode_prompt(self, idx, prompt, decoders, methods, builder, stops, base, histories=None) -> list[dict[str, Any]]:
+        """All turns of one prompt with every method; turn k's history is AR's answers to the turns before.
+
+        The first method (AR when it runs) gives the history, or ``histories`` (AR's
+        records, ``history_from``) when given, so every method sees the same prompts.
+        """
         out = []
         history: list[tuple[str, str]] = []
         for turn, text in enumerate(prompt["turns"]):
+            if histories is not None and turn > 0:
+                if (idx, turn - 1) not in histories:
+                    raise UsageError(f"history records {self.history_from} have no answer for prompt {idx}, turn {turn - 1}; "
+                                     "decode AR on the same dataset and settings first")
+                history[turn - 1] = (history[turn - 1][0], builder.decode(histories[(idx, turn - 1)]))
             ids = builder.encode(history, text)
             answers = {}
             for m in methods:
@@ -282,11 +306,41 @@ class DecodeRun:
             grid_name = self.calib_grid if self.calib_grid != "auto" else ("paper" if device.type == "cuda" else "small")
             grid = Grid.named(grid_name).covering(self._longest)
             log(f"[calibrate] no calibration for ({hw_key}, {model_name}); measuring on {fp_now['device_name']} ({grid_name} grid)")
-            cal = calibrate(model_name, fp_now, grid, engine, policy, log=log, seed=self.seed, progress=not self.quiet)
+            cal = calibrate(model_name, fp_now, grid, engine, policy, log=log, seed=self.seed, progress=not self.quiet,
+                            temperature=self.temperature,
+                            max_heldout_mape=None if self.accept_calibration_error else MAX_HELDOUT_MAPE)
             cal.save(path)
             log(f"[calibrate] wrote {path} ({cal.seconds:.1f}s)")
         if world > 1:
             torch.distributed.barrier()  # the other ranks wait for rank 0's calibration
         if not path.exists():
             raise CalibrationError(f"calibration {path} was not created")
-        return Calibration.load(path, current=fp_now)
+        cal = Calibration.load(path, current=fp_now)
+        cal.check_temperature(self.temperature, path)
+        return cal
+
+
+def _load_histories(path: str) -> dict[tuple[int, int], list[int]]:
+    """(prompt index, turn) -> AR's output ids, from AR's records file."""
+    try:
+        recs = records.read_records(path)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read history records {path} ({exc}); rerun the AR decode that writes them") from None
+    return {(r["prompt_index"], r["turn"]): r["output_ids"] for r in recs if r.get("method", "ar") == "ar"}
+
+
+def _check_positions(target_ref: str, max_new_tokens: int, block_size: int | None) -> None:
+    """Refuse --max-new-tokens beyond the target's positions, from its config alone (no weights)."""
+    try:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(target_ref)
+    except Exception:  # noqa: BLE001 - an unreachable model is reported when it loads
+        return
+    limit = getattr(config, "max_position_embeddings", None)
+    need = max_new_tokens + 1 + (block_size or 1)  # at least one prompt token and one draft block
+    if limit is not None and need > int(limit):
+        raise UsageError(
+            f"--max-new-tokens {max_new_tokens} does not fit the target's {limit} positions "
+            f"(max_position_embeddings of {target_ref}); lower --max-new-tokens below {int(limit) - 1 - (block_size or 1)}"
+        )

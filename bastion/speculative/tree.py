@@ -18,8 +18,16 @@ which is exactly "expected tokens per second rises": (P+p)/(T_fixed+C(n+1)) > P/
 commits, bonus token included.)  Growth stops at the first failure or at ``n_max``; the
 count is then rounded down to a multiple of ``n_min`` so the verifier sees few shapes.
 
-Two implementations give the same tree: :func:`build_tree` (vectorised top-k per depth
-plus a cumulative-sum form of the rule; what the decoders use) and
+The rule is evaluated in fp64 (C(n), C(n+1) - C(n), p and P), as in the original
+release; path log-probabilities are fp32 sums of the per-depth fp32 log-probabilities.
+
+Tie order.  Paths are ordered by log-probability, highest first; on exact ties the
+shallower path first, and between tied paths of one depth the one whose parent comes
+first, then the lower token rank.  (That is the stable-sort order of
+:func:`~bastion.speculative.path_rank.top_paths`.)
+
+Two implementations give the same tree, ties included: :func:`build_tree` (vectorised
+top-k per depth plus a cumulative-sum form of the rule; what the decoders use) and
 :func:`build_tree_heap` (the literal best-first heap loop; the test oracle).
 """
 
@@ -29,6 +37,7 @@ import heapq
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from bastion.defaults import N_MAX, N_MIN, TOPK, TOPK_LIMIT
@@ -144,10 +153,11 @@ def count_nodes(
 ) -> torch.Tensor:
     """Number of nodes (root included) the rule keeps, as a 0-d tensor (no host sync)."""
     avail = logp.shape[0] + 1
-    p = logp.exp()  # [N]; candidate j joins a tree of n = j + 1 nodes
-    big_p = 1.0 + torch.cumsum(p, 0) - p  # P of the tree before candidate j joins
+    p = logp.double().exp()  # [N] fp64; candidate j joins a tree of n = j + 1 nodes
+    big_p = torch.cumsum(torch.cat([p.new_ones(1), p[:-1]]), 0)  # P of the tree before candidate j joins: 1 + p_0 + ...
     n = torch.arange(1, avail, device=logp.device)
-    c_n, c_next = cost_curve[n], cost_curve[n + 1]
+    curve = cost_curve.double()  # the difference C(n+1) - C(n) and the comparison in fp64
+    c_n, c_next = curve[n], curve[n + 1]
     ok = (n < policy.n_min) | (p * (fixed_cost + c_n) > big_p * (c_next - c_n))
     fail = torch.cat([~ok, ok.new_ones(1)])  # sentinel: "fails" once candidates run out
     first_fail = fail.int().argmax()  # index of the first failing candidate
@@ -261,20 +271,31 @@ def build_tree_heap(
     cost_curve: torch.Tensor | None = None,
     fixed_cost: float = 0.0,
 ) -> tuple[list[int], list[int]]:
-    """The literal best-first loop; returns (tokens, parents) in pop order.  Test oracle."""
+    """The literal best-first loop; returns (tokens, parents) in pop order.  Test oracle.
+
+    Path log-probabilities are fp32 sums (as :func:`top_paths` computes them) and ties
+    pop in the module's tie order: heap keys are (-logp, depth, within-depth key), where a
+    node's within-depth key is (-logp, its parent's key, token rank).
+    """
     d_max, vocab = draft_logprobs.shape
     limit = policy.budget if policy.budget is not None else policy.n_max
     k = topk_width(policy, vocab)
     logq, toks = draft_logprobs.topk(k, dim=-1)
     logq, toks = logq.tolist(), toks.tolist()
-    curve = None if cost_curve is None else cost_curve.tolist()
+    curve = None if cost_curve is None else cost_curve.double().tolist()
     tokens, parents = [root], [-1]
     big_p = 1.0
-    # heap entries: (-logp, tiebreak, depth, rank, parent node index, parent logp)
-    heap = [(-logq[0][0], 0, 1, 0, 0, 0.0)] if d_max else []
-    counter = 1
+
+    def f32(x: float) -> float:  # the fp32 sum top_paths computes
+        return float(np.float32(x))
+
+    def entry(lp: float, d: int, r: int, par: int, par_lp: float, par_key: tuple) -> tuple:
+        return (-lp, d, (-lp, par_key, r), r, par, par_lp)
+
+    # heap entries: (-logp, depth, within-depth key, rank, parent node index, parent logp)
+    heap = [entry(f32(logq[0][0]), 1, 0, 0, 0.0, ())] if d_max else []
     while heap and len(tokens) < limit:
-        neg, _, d, r, par, par_lp = heapq.heappop(heap)
+        neg, d, key, r, par, par_lp = heapq.heappop(heap)
         p = math.exp(-neg)
         n = len(tokens)
         if policy.budget is None:
@@ -285,10 +306,8 @@ def build_tree_heap(
         big_p += p
         me = len(tokens) - 1
         if d < d_max:  # first child
-            heapq.heappush(heap, (-(-neg + logq[d][0]), counter, d + 1, 0, me, -neg))
-            counter += 1
+            heapq.heappush(heap, entry(f32(-neg + logq[d][0]), d + 1, 0, me, -neg, key))
         if r + 1 < k:  # next sibling
-            heapq.heappush(heap, (-(par_lp + logq[d - 1][r + 1]), counter, d, r + 1, par, par_lp))
-            counter += 1
+            heapq.heappush(heap, entry(f32(par_lp + logq[d - 1][r + 1]), d, r + 1, par, par_lp, key[1]))
     n = bucket_size(len(tokens), policy)
     return tokens[:n], parents[:n]

@@ -308,7 +308,7 @@ def test_curve_equals_predict(params, n_max, contexts, peaks):
     for c in contexts:  # repeated calls reuse the cached, c-independent parts
         cur = model.curve(c, n_max)
         assert cur.shape == (n_max + 2,)
-        assert str(cur.dtype) == "torch.float32"
+        assert str(cur.dtype) == "torch.float64"  # the budget rule needs fp64 differences
         assert float(cur[0]) == 0.0
         expected = model.predict(np.arange(n_max + 2), c)
         np.testing.assert_allclose(cur.numpy()[1:], expected[1:], rtol=2e-6, atol=1e-12)

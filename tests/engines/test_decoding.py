@@ -15,6 +15,7 @@ import torch
 from bastion.engines.base import PositionLimitError
 from bastion.engines.eager import EagerDecoder
 from bastion.models.target import Target
+from bastion.results.records import make_record
 from bastion.speculative.tree import TreePolicy
 from tests.support.builders import EOS_ID, tiny_drafter, tiny_target
 from tests.support.decoding import POLICIES, OracleDecoder, _ar, _cost_model
@@ -100,6 +101,12 @@ def test_max_new_tokens_boundaries(max_new):
         out = dec.generate(prompt, max_new)
         assert out.output_ids == ref[:max_new]
         assert out.stop_reason == "max_new_tokens"
+        # exact tau: a cut step counts only what it emitted; the prefill emits the first token
+        assert sum(out.acceptance_lengths) == max_new - 1
+        if max_new == 2:
+            assert out.acceptance_lengths == [1]
+        rec = make_record(out, prompt_index=0, turn=0, method=method, base={})
+        assert sum(rec["acceptance_lengths"]) == rec["num_output_tokens"] - 1
 
 
 def test_stop_tokens_inside_accepted_runs():
@@ -118,6 +125,7 @@ def test_stop_tokens_inside_accepted_runs():
             out = dec.generate(prompt, 50, stop_token_ids=[stop, EOS_ID])
             assert out.output_ids == expect, (method, stop)
             assert out.stop_reason == "stop_token"
+            assert sum(out.acceptance_lengths) == len(expect) - 1, (method, stop)
 
 
 def test_statistics_only_when_asked():

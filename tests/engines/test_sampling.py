@@ -6,6 +6,9 @@ seeded speculative runs are then compared with it by a chi-square test.  With p 
 the pass criterion a correct implementation fails with probability 0.1 % per seed; the
 seeds are fixed, so the outcome is deterministic.  The same counts tested against the
 distribution at another temperature must be rejected, which shows the test can fail.
+
+Three-token runs are mostly single steps; the second half of this file tests long runs
+in which the tree usually misses, with a statistic shown to reject subtly wrong samplers.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from scipy.stats import chisquare
+from scipy.stats import chi2, chisquare, norm
 
+from bastion.engines import eager
 from bastion.engines.eager import EagerDecoder
 from bastion.models.target import Target
 from bastion.speculative.tree import TreePolicy
@@ -83,11 +87,96 @@ def test_speculative_sampling_matches_target_distribution(pair, method, temperat
     assert chi2_pvalue(counts, other) < 1e-6
 
 
-def test_multi_token_steps_happen_at_t1(pair):
-    """Guard against a vacuous test: trees must accept several tokens in one step."""
-    model, drafter = pair
-    dec = EagerDecoder(Target(model), "bastion", drafter, TreePolicy(budget=24))
-    gen = torch.Generator().manual_seed(0)
-    committed = [s.committed for r in range(60) for s in dec.generate(PROMPT, NEW, 1.0, generator=gen).steps]
-    assert max(committed) >= 2
-    assert np.mean(committed) > 1.3
+# ---------------------------------------------------------------------------------------
+# A test with power: many multi-step runs in which the tree usually misses the sampled token.
+#
+# The drafter proposes a fixed distribution Q that puts 90% on one token W the target finds
+# unlikely, and the tree holds 4 nodes, so most steps take the "sampled token absent from
+# the tree" branch.  For every emitted token we know the target's exact conditional p (one
+# batched forward over the finished sequences) and test three things, Bonferroni-combined:
+#   - the temperature score  sum(log p(x) - E_p log p), normalised (z-test);
+#   - the drift score        sum(Q(x) / p(x) - 1), normalised (z-test): mass moved toward Q;
+#   - an omnibus chi-square on the (rank of x under p, x == W) categories.
+# The same statistic is shown to reject a sampler 15% too hot and one that drifts 3% toward
+# the draft distribution (tests of the test).
+
+PV, PNEW, RUNS = 6, 10, 400
+
+
+@pytest.fixture(scope="module")
+def wrong_drafts():
+    model = tiny_target(vocab=PV, layers=1, hidden=16, seed=13, scale=20.0)
+    drafter = tiny_drafter(model, block_size=4, seed=2, mask_id=PV - 1, layers=1)
+    with torch.no_grad():
+        w = int(model(torch.tensor([PROMPT])).logits[0, -1].argmin())
+    q = torch.full((PV,), 0.02)
+    q[w] = 0.9
+    q /= q.sum()
+
+    class WrongDrafts(EagerDecoder):
+        def _draft(self, root, c, feats, feat_pos, dcache):
+            return q.log().expand(self.block_size - 1, PV).clone()
+
+    dec = WrongDrafts(Target(model), "bastion", drafter, TreePolicy(budget=4, topk=2))
+    return model, dec, q, w
+
+
+def _runs(dec, seed: int) -> tuple[np.ndarray, list[int]]:
+    gen, outs, committed = torch.Generator(), [], []
+    for r in range(RUNS):
+        gen.manual_seed(seed * 100_003 + r)
+        res = dec.generate(PROMPT, PNEW, temperature=1.0, generator=gen)
+        assert len(res.output_ids) == PNEW
+        outs.append(res.output_ids)
+        committed += [s.committed for s in res.steps]
+    return np.array(outs), committed
+
+
+def sampling_pvalue(model, outs: np.ndarray, q: torch.Tensor, w: int, temperature: float = 1.0) -> float:
+    with torch.no_grad():
+        x = torch.tensor([PROMPT + list(o) for o in outs])
+        p = torch.softmax(model(x).logits[:, len(PROMPT) - 1 : -1].double() / temperature, -1).numpy()  # [R, N, V]
+    pick = np.take_along_axis(p, outs[..., None], -1)[..., 0]
+    logp = np.log(p)
+    mean_lp = (p * logp).sum(-1)
+    z_temp = (np.log(pick) - mean_lp).sum() / np.sqrt(((p * logp**2).sum(-1) - mean_lp**2).sum())
+    qq = q.double().numpy()
+    z_drift = (qq[outs] / pick - 1).sum() / np.sqrt(((qq**2 / p).sum(-1) - 1).sum())
+    order = np.argsort(-p, axis=-1, kind="stable")
+    rank = np.argmax(order == outs[..., None], axis=-1)
+    p_sorted, is_w = np.take_along_axis(p, order, -1), order == w
+    obs, exp = np.zeros((PV, 2)), np.zeros((PV, 2))
+    np.add.at(obs, (rank.ravel(), (outs == w).ravel().astype(int)), 1)
+    for r in range(PV):
+        exp[r, 1] = (p_sorted[..., r] * is_w[..., r]).sum()
+        exp[r, 0] = (p_sorted[..., r] * ~is_w[..., r]).sum()
+    keep = exp > 1e-9
+    p_chi = chi2.sf(((obs[keep] - exp[keep]) ** 2 / exp[keep]).sum(), keep.sum() - 1)
+    return 3 * min(2 * norm.sf(abs(z_temp)), 2 * norm.sf(abs(z_drift)), p_chi)
+
+
+def test_multi_step_sampling_with_wrong_drafts(wrong_drafts):
+    model, dec, q, w = wrong_drafts
+    outs, committed = _runs(dec, seed=2)
+    committed = np.array(committed)
+    assert np.mean(committed == 1) > 0.6  # the tree usually misses the sampled token ...
+    assert np.mean(committed >= 2) > 0.05  # ... but not always: accepted drafts are tested too
+    assert sampling_pvalue(model, outs, q, w) > 1e-3
+
+
+@pytest.mark.parametrize("fault", ["hot", "drift"])
+def test_the_test_rejects_a_wrong_sampler(wrong_drafts, monkeypatch, fault):
+    """A sampler 15% too hot, or drifting 3% toward the draft distribution, fails the statistic."""
+    model, dec, q, w = wrong_drafts
+    right = eager.propose
+
+    def hot(logits, temperature, generator=None):
+        return right(logits, temperature * 1.15, generator)
+
+    def drift(logits, temperature, generator=None):
+        probs = 0.97 * torch.softmax(logits.float() / temperature, -1) + 0.03 * q
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+    monkeypatch.setattr(eager, "propose", hot if fault == "hot" else drift)
+    outs, _ = _runs(dec, seed=2)
+    assert sampling_pvalue(model, outs, q, w) < 1e-4

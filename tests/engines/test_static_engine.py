@@ -134,6 +134,10 @@ def test_max_new_tokens_and_stop_tokens(max_new):
             engine = OracleEngine(target, drafter, 64, 24, **kw)
             static = StaticDecoder(engine, method, TreePolicy(budget=24)).generate(prompt, max_new, stop_token_ids=stops)
             _same(eager, static)
+            for res in (eager, static):  # exact tau: only emitted tokens count; the prefill emits the first
+                assert sum(res.acceptance_lengths) == len(res.output_ids) - 1, (method, stop, max_new)
+            if max_new == 2 and len(static.output_ids) == 2:
+                assert static.acceptance_lengths == [1]
 
 
 def test_sampling_follows_the_same_draws():

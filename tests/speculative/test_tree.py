@@ -437,3 +437,56 @@ def test_propose_greedy_is_argmax():
     logits = torch.randn(50, 30, generator=torch.Generator().manual_seed(0))
     assert torch.equal(propose(logits, 0.0), logits.argmax(dim=-1))
     assert torch.equal(propose(logits, 0.0, torch.Generator().manual_seed(1)), logits.argmax(dim=-1))
+
+
+# ---------------------------------------------------------------------------------------
+# one tie order for the fast builder and the heap oracle; the rule in fp64
+
+
+def _tied_logprobs(seed: int, d: int, v: int) -> torch.Tensor:
+    """Log-probabilities with many exact ties: each row holds a few distinct levels, repeated."""
+    g = torch.Generator().manual_seed(seed)
+    levels = torch.randint(0, 3, (d, v), generator=g).float()  # 0, 1, 2 -> weights 1, 2, 4
+    return torch.log_softmax(levels * math.log(2.0), dim=-1)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_tied_inputs_give_identical_trees(seed):
+    d, v = 3 + seed % 4, 6 + seed % 5
+    logq = _tied_logprobs(seed, d, v)
+    curve, fixed = _cost_curve(seed, 96)
+    policies = [TreePolicy(budget=b, bucket=False) for b in (5, 17, 40, 96)]
+    policies += [TreePolicy(n_min=n_min, n_max=96, bucket=False) for n_min in (1, 4, 16)]
+    for policy in policies:
+        adaptive = policy.budget is None
+        tokens, parents = build_tree_heap(7, logq, policy, curve if adaptive else None, fixed)
+        for hint in (None, 3):
+            tree = build_tree(torch.tensor(7), logq, policy, curve if adaptive else None, fixed, search_hint=hint)
+            assert tree.tokens.tolist() == tokens, (policy, hint)
+            assert tree.parents.tolist() == parents, (policy, hint)
+
+
+def test_all_equal_paths_follow_the_documented_tie_order():
+    """Uniform drafts: every path of a depth ties; shallower first, then parent order, then token rank."""
+    logq = torch.full((3, 4), math.log(0.25))
+    tree = build_tree(torch.tensor(0), logq, TreePolicy(budget=1 + 4 + 6, bucket=False))
+    tokens, parents = build_tree_heap(0, logq, TreePolicy(budget=1 + 4 + 6, bucket=False))
+    assert tree.tokens.tolist() == tokens and tree.parents.tolist() == parents
+    top = logq.topk(4, dim=-1).indices.tolist()
+    assert tree.depths.tolist() == [0, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2]
+    assert tree.parents.tolist()[5:] == [1, 1, 1, 1, 2, 2]  # the first depth-1 node's children first
+    assert tree.tokens.tolist()[5:9] == top[1]
+
+
+def test_rule_differences_in_fp64():
+    """C(n+1) - C(n) below fp32's resolution of C: the fp64 rule rejects what fp32 would accept."""
+    n_max = 40
+    curve = 1.0 + 1e-9 * torch.arange(n_max + 2, dtype=torch.float64)
+    curve[0] = 0.0
+    assert bool((curve[2:].float() == curve[1:-1].float()).all())  # flat in fp32: every candidate pays
+    logq = torch.full((2, 8), math.log(1e-11))
+    policy = TreePolicy(n_min=2, n_max=n_max, bucket=False)
+    # p * (T + C(n)) ~ 1e-11 < P * 1e-9: rejected as soon as n >= n_min
+    assert build_tree(torch.tensor(0), logq, policy, curve, 0.0).size == 2
+    assert len(build_tree_heap(0, logq, policy, curve, 0.0)[0]) == 2
+    assert build_tree(torch.tensor(0), logq, policy, curve.float(), 0.0).size == n_max  # the old fp32 rule

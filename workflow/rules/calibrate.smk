@@ -1,4 +1,5 @@
-# Calibration: one chain of jobs per (hardware, model), on the device that will decode.
+# Calibration: one chain of jobs per (hardware, model), on the device that will decode, and
+# per temperature class: {tclass} is "" (greedy probes and overheads) or "_sampled" (T > 0).
 
 
 rule measure_hardware:
@@ -34,13 +35,15 @@ rule calibrate_latency:
         datasets=expand("results/datasets/{dataset}.jsonl", dataset=DATASETS),
     output:
         report(
-            "results/{hardware}/{model}/latency_grid.json",
+            "results/{hardware}/{model}/latency_grid{tclass}.json",
             caption="../report/latency_grid.rst",
             category="Calibration",
         ),
     params:
         grid=EXP.get("calibration_grid", "paper"),
         max_new_tokens=EXP["max_new_tokens"],
+        temperature=lambda wildcards: SAMPLED_CALIBRATION_T if wildcards.tclass else 0.0,
+        accept_error=config.get("accept_calibration_error", False),
         device=EXP.get("device", "auto"),
         dtype=EXP.get("dtype", "auto"),
         attn_impl=config["attn_impl"],
@@ -50,9 +53,9 @@ rule calibrate_latency:
     resources:
         **gpu_resources(),
     log:
-        "logs/calibrate_latency/{hardware}/{model}.log",
+        "logs/calibrate_latency/{hardware}/{model}{tclass}.log",
     benchmark:
-        "logs/benchmarks/calibrate_latency/{hardware}/{model}.tsv"
+        "logs/benchmarks/calibrate_latency/{hardware}/{model}{tclass}.tsv"
     conda:
         "../../envs/bastion.yaml"
     script:
@@ -62,9 +65,9 @@ rule calibrate_latency:
 rule profile_constants:
     input:
         model="results/models/{model}.json",
-        latency="results/{hardware}/{model}/latency_grid.json",
+        latency="results/{hardware}/{model}/latency_grid{tclass}.json",
     output:
-        "results/{hardware}/{model}/calibration.json",
+        "results/{hardware}/{model}/calibration{tclass}.json",
     params:
         device=EXP.get("device", "auto"),
         dtype=EXP.get("dtype", "auto"),
@@ -77,9 +80,9 @@ rule profile_constants:
     resources:
         **gpu_resources(),
     log:
-        "logs/profile_constants/{hardware}/{model}.log",
+        "logs/profile_constants/{hardware}/{model}{tclass}.log",
     benchmark:
-        "logs/benchmarks/profile_constants/{hardware}/{model}.tsv"
+        "logs/benchmarks/profile_constants/{hardware}/{model}{tclass}.tsv"
     conda:
         "../../envs/bastion.yaml"
     script:

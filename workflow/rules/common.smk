@@ -15,7 +15,7 @@ from pathlib import Path
 from snakemake.utils import validate
 
 import bastion.data.registry as bds
-from bastion.defaults import ABLATION_PREFIX, BASELINE, N_MAX, N_MIN, TOPK, ablation_method, temperature_dir
+from bastion.defaults import ABLATION_PREFIX, BASELINE, MULTI_TURN_DATASETS, N_MAX, N_MIN, TOPK, ablation_method, temperature_dir
 from bastion.defaults import METHODS as ALL_METHODS
 
 REPO = Path(workflow.basedir).resolve()
@@ -138,6 +138,7 @@ wildcard_constraints:
     temperature=r"[0-9]+(\.[0-9]+)?",
     method="|".join(ALL_METHODS) + rf"|{ABLATION_PREFIX}[0-9]+",
     shard=r"[0-9]+",
+    tclass=r"(_sampled)?",
     experiment=re.escape(config["experiment"]),
 
 
@@ -195,13 +196,28 @@ def gpu_resources():
     return res
 
 
+# Calibration per temperature class: greedy (T = 0) files as they were, and `_sampled`
+# files measured with per-node sampling (softmax + multinomial over the vocabulary) at
+# SAMPLED_CALIBRATION_T, for every T > 0 (the sampling cost does not depend on T's value).
+SAMPLED_CALIBRATION_T = 1.0
+
+
+def calibration_class(temperature):
+    return "_sampled" if float(temperature) > 0 else ""
+
+
 def decode_inputs(wildcards):
-    return {
+    inputs = {
         "data": f"results/datasets/{wildcards.dataset}.jsonl",
         "model": f"results/models/{wildcards.model}.json",
-        # every decode job waits for its pair's calibration, which also checked the device
-        "calibration": f"results/{wildcards.hardware}/{wildcards.model}/calibration.json",
+        # every decode job waits for its pair's calibration (of its temperature class), which also checked the device
+        "calibration": f"results/{wildcards.hardware}/{wildcards.model}/calibration{calibration_class(wildcards.temperature)}.json",
     }
+    if wildcards.dataset in MULTI_TURN_DATASETS and wildcards.method != BASELINE:
+        # one history for all methods: turn k of every method carries AR's answers to turns 1..k-1
+        inputs["history"] = decode_output(wildcards.hardware, wildcards.model, wildcards.dataset,
+                                          wildcards.temperature, BASELINE)
+    return inputs
 
 
 def decode_params(wildcards):

@@ -1,0 +1,149 @@
+"""Calibration at T > 0 (sampling in C(n)), the temperature a calibration records, and the quality gate."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from bastion.calibration import grid as grid_mod
+from bastion.calibration.grid import CalibrationQualityError, Grid, gated_fit, probe_grid
+from bastion.calibration.store import Calibration, CalibrationError, calibration_path
+from bastion.costmodel.model import CostModel, CostParams, StepOverheads
+from bastion.costmodel.roofline import HardwarePeaks, ModelShape
+from bastion.engines.eager import EagerProbe
+from bastion.models.target import Target
+from tests.support.builders import tiny_target
+
+PEAKS = HardwarePeaks(flops_per_s=2e10, bytes_per_s=2e10)
+
+
+def test_sampling_fit_differs_from_greedy_fit():
+    """A large vocabulary makes per-node softmax + multinomial visible: C(n) at T > 0 grows faster."""
+    torch.manual_seed(0)
+    model = tiny_target(vocab=32000, layers=1, hidden=32, max_positions=512)
+    target = Target(model)
+    grid = Grid((4, 16, 32, 64), (16, 64), warmup=1, repeats=5, holdout_every=4)
+    shape = ModelShape.from_config(model.config, 4)
+    fits = {}
+    for t in (0.0, 1.0):
+        rows = probe_grid(EagerProbe(target), grid, temperature=t)
+        _, model_t, _ = gated_fit(lambda r=rows: r, shape, PEAKS, grid.holdout_every, None)
+        fits[t] = (rows, model_t)
+    big = [(r0["latency_s"], r1["latency_s"]) for r0, r1 in zip(fits[0.0][0], fits[1.0][0]) if r0["s"] == 64]
+    assert all(b > 1.1 * a for a, b in big), big  # sampling 64 x 32000 probabilities costs
+    pred0, pred1 = (fits[t][1].predict(np.array([64.0]), 64)[0] for t in (0.0, 1.0))
+    assert pred1 > 1.1 * pred0
+    assert fits[0.0][1].params != fits[1.0][1].params
+
+
+def _calibration(temperature: float) -> Calibration:
+    shape = ModelShape.from_config(tiny_target().config, 4)
+    return Calibration("m", {}, CostModel(shape, PEAKS, CostParams(1, 0, 1, 0)), StepOverheads(1e-3, 1e-3),
+                       {"heldout_mape": 0.01}, {}, [{"s": 8, "c": 16, "latency_s": 1e-3}], temperature=temperature)
+
+
+def test_calibration_records_its_temperature_and_refuses_the_other_class(tmp_path):
+    path = tmp_path / "cal.json"
+    _calibration(0.0).save(path)
+    greedy = Calibration.load(path)
+    assert greedy.temperature == 0.0 and json.loads(path.read_text())["temperature"] == 0.0
+    greedy.check_temperature(0.0, path)
+    with pytest.raises(CalibrationError, match=r"greedy \(T=0\) only.*--temperature 0.7.*--recalibrate"):
+        greedy.check_temperature(0.7, path)
+    _calibration(1.0).save(path)
+    sampled = Calibration.load(path)
+    sampled.check_temperature(0.5, path)
+    with pytest.raises(CalibrationError, match="with sampling at T=1"):
+        sampled.check_temperature(0.0, path)
+    # one cache file per temperature class
+    assert calibration_path("c", "hw", "m", "eager", 0.0) != calibration_path("c", "hw", "m", "eager", 0.7)
+    assert calibration_path("c", "hw", "m", "eager", 0.7) == calibration_path("c", "hw", "m", "eager", 1.0)
+
+
+# ---------------------------------------------------------------------------------------- quality gate
+
+
+class FakeProbe:
+    """A VerifyProbe whose timings come from a known cost model, with multiplicative noise."""
+
+    def __init__(self, noise: list[float]):
+        self.target = Target(tiny_target(layers=1, hidden=32))
+        self.noise = list(noise)  # one noise level per grid measurement (repeated measurements pop the next)
+        self.level = 0.0
+
+    def reserve(self, tokens, nodes):
+        pass
+
+    def at_context(self, c, room, generator):
+        pass
+
+    def probe(self, tokens, c, temperature=0.0):
+        return (tokens.shape[0], c)
+
+
+@pytest.fixture
+def fake_timing(monkeypatch):
+    truth = CostModel(ModelShape.from_config(tiny_target().config, 4), PEAKS, CostParams(1.0, 2e-3, 1.0, 1e-3))
+    rng = np.random.default_rng(0)
+    state = {"level": 0.0}
+
+    def median_time(step, device, warmup, repeats):
+        s, c = step
+        return float(truth.predict(s, c)) * math.exp(state["level"] * rng.standard_normal()), 0.0
+
+    monkeypatch.setattr(grid_mod, "median_time", median_time)
+    return truth, state
+
+
+def _measure(probe_levels, state, counter):
+    probe = FakeProbe([])
+    g = Grid.named("small")
+
+    def measure():
+        state["level"] = probe_levels[min(counter["n"], len(probe_levels) - 1)]
+        counter["n"] += 1
+        return probe_grid(probe, g)
+
+    return measure, g, ModelShape.from_config(probe.target.config, 4)
+
+
+def test_quality_gate_passes_a_clean_fit(fake_timing):
+    _, state = fake_timing
+    counter = {"n": 0}
+    measure, g, shape = _measure([0.0], state, counter)
+    _, _, report = gated_fit(measure, shape, PEAKS, g.holdout_every)
+    assert counter["n"] == 1 and report["quality_gate"]["passed"] and report["heldout_mape"] < 0.05
+
+
+def test_quality_gate_measures_again_once(fake_timing):
+    _, state = fake_timing
+    counter = {"n": 0}
+    measure, g, shape = _measure([0.8, 0.0], state, counter)  # a noisy machine, then a quiet one
+    _, _, report = gated_fit(measure, shape, PEAKS, g.holdout_every)
+    gate = report["quality_gate"]
+    assert counter["n"] == 2 and gate["passed"] and gate["attempts"][0]["heldout_mape"] > 0.10
+
+
+def test_quality_gate_stops_with_the_numbers_and_the_ways_out(fake_timing):
+    _, state = fake_timing
+    counter = {"n": 0}
+    measure, g, shape = _measure([0.8], state, counter)
+    with pytest.raises(CalibrationQualityError) as err:
+        gated_fit(measure, shape, PEAKS, g.holdout_every)
+    msg = str(err.value)
+    assert counter["n"] == 2
+    assert "\n" not in msg and "quieter machine" in msg and "--calib-grid" in msg and "--accept-calibration-error" in msg
+    assert "% on average" in msg and "% worst" in msg
+
+
+def test_quality_gate_override_keeps_the_fit_and_says_so(fake_timing):
+    _, state = fake_timing
+    counter = {"n": 0}
+    measure, g, shape = _measure([0.8], state, counter)
+    _, _, report = gated_fit(measure, shape, PEAKS, g.holdout_every, None)
+    assert counter["n"] == 1 and not report["quality_gate"]["passed"]
+    assert report["heldout_mape"] > 0.10 and report["heldout_max_ape"] >= report["heldout_mape"]
