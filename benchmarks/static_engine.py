@@ -36,6 +36,7 @@ from bastion.costmodel.roofline import ModelShape
 from bastion.engines.eager import EagerDecoder, EagerProbe
 from bastion.engines.static_decoder import StaticDecoder
 from bastion.engines.static_engine import StaticEngine
+from bastion.engines.static_probe import StaticProbe
 from bastion.models.target import Target
 from bastion.speculative.tree import TreePolicy
 from benchmarks.shapes import random_pair
@@ -88,7 +89,7 @@ def section_curve(rep, target, engines, prompts, sizes, repeats):
             eager, _ = median_time(probe.probe(toks[0], ctx), device, 2, repeats)
             row = {"context": ctx, "s": s, "eager_ms": _ms(eager)}
             for name, engine in engines.items():
-                row[f"{name}_ms"] = _ms(median_time(engine.probe(toks[0], ctx), device, 2, repeats)[0])
+                row[f"{name}_ms"] = _ms(median_time(StaticProbe(engine).probe(toks[0], ctx), device, 2, repeats)[0])
             rep.add("curve", row)
 
 
@@ -148,7 +149,7 @@ def section_profile(rep, engines, prompts, out):
 def section_calib(rep, target, engine, grid_name, out, context=0):
     t0 = time.perf_counter()
     grid = Grid.named(grid_name).covering(context)
-    rows = probe_grid(engine, grid, progress=True)
+    rows = probe_grid(StaticProbe(engine), grid, progress=True)
     shape = ModelShape.from_config(target.config, torch.finfo(target.dtype).bits // 8)
     cost, report = fit_probe(rows, shape, measure_peaks(target.device, target.dtype), grid.holdout_every)
     (out / "static_calibration_points.json").write_text(json.dumps(rows))

@@ -75,4 +75,8 @@ class Engine:
 
     def verify_probe(self) -> VerifyProbe:
         """The engine's own verification step, for the latency grid."""
-        return EagerProbe(self.target) if self.name == "eager" else self.static
+        if self.name == "eager":
+            return EagerProbe(self.target)
+        from bastion.engines.static_probe import StaticProbe
+
+        return StaticProbe(self.static)

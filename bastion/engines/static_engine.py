@@ -24,7 +24,6 @@ reuse its tree, acceptance and cost-curve code.
 
 from __future__ import annotations
 
-from typing import Callable
 
 import torch
 
@@ -40,7 +39,7 @@ from bastion.engines.static_cache import (
 from bastion.engines.static_layers import FusedLayers
 from bastion.models.eagle3 import Eagle3Drafter
 from bastion.models.target import Target
-from bastion.speculative.accept import accept, propose
+from bastion.speculative.accept import accept
 from bastion.speculative.path_rank import top_paths
 from bastion.speculative.tree import (
     Tree,
@@ -303,40 +302,6 @@ class StaticEngine:
     def read_back(self) -> list[int]:
         """The readback vector on the host: waits for every step function launched so far."""
         return read_to_host(self.readback, self.readback_host, self.read_event if self.spin_read else None)
-
-    def reserve(self, tokens: int, nodes: int) -> None:
-        """The latency grid's one allocation (growing later would drop captured graphs)."""
-        self.ensure_capacity(tokens, nodes=nodes)
-
-    def at_context(self, c: int, room: int, generator: torch.Generator) -> None:
-        """Nothing to prefill: the cached values do not change a verification's time."""
-
-    @torch.no_grad()
-    def probe(self, tokens: torch.Tensor, c: int, temperature: float = 0.0) -> Callable[[], None]:
-        """One verification of a chain of ``tokens`` [s] at context ``c``, exactly as a decode step runs it.
-
-        For the latency grid: the cached context's values do not change the time, so the
-        first ``c`` entries are left as they are instead of prefilling ``c`` tokens.
-        """
-        s = tokens.shape[0]
-        self.ensure_capacity(c + s, nodes=s)
-        kv = self.window(c + s)
-        self.length.fill_(c)
-        self.cache.length = c
-        self.tree_tokens[:s].copy_(tokens)
-        self.tree_anc[:s, :s].copy_(torch.ones(s, s, dtype=torch.bool, device=self.device).tril_())
-        self.tree_depths[:s].copy_(self.arange[:s])
-        feats = self.drafter is not None  # decoding with a drafter taps features: so does the probe
-        if temperature <= 0:
-            return lambda: self.runner(("verify", s, kv, True, feats), lambda: self.verify(s, kv, True, feats))
-        self.logits_buffer()  # allocated before the graph that writes it is captured
-        gen = torch.Generator(device=self.device).manual_seed(0)
-
-        def sampled() -> None:  # as a sampling decode step: logits out, then eager sampling at every node
-            self.runner(("verify", s, kv, False, feats), lambda: self.verify(s, kv, False, feats))
-            self.proposals[:s].copy_(propose(self.logits_buffer()[:s], temperature, gen))
-
-        return sampled
 
     def state(self) -> list[torch.Tensor]:
         """Tensors :meth:`commit` updates in place (restored after capture warm-up)."""

@@ -221,9 +221,10 @@ def test_calibration_probe_builds_no_autograd_graph(name):
     """
     model = tiny_target(seed=2)
     target = Target(model)
-    eng = Engine(name, target, tiny_drafter(model, block_size=4), n_max=16).static
+    engine = Engine(name, target, tiny_drafter(model, block_size=4), n_max=16)
+    eng, probe = engine.static, engine.verify_probe()
     for s, c in ((3, 5), (7, 9)):
-        eng.probe(torch.arange(1, s + 1), c)()
+        probe.probe(torch.arange(1, s + 1), c)()
     assert eng.features.grad_fn is None and not eng.features.requires_grad
     assert not eng.proposals.requires_grad and eng.cache.kv.grad_fn is None
 

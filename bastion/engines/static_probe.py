@@ -1,0 +1,55 @@
+"""The static engine's verification step alone, for the latency grid (:class:`~bastion.engines.base.VerifyProbe`).
+
+Each probe replays exactly the verification graph a decode step of that size and
+attention window replays, so the cost model is fitted to what decoding runs.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from bastion.engines.static_engine import StaticEngine
+from bastion.speculative.accept import propose
+
+
+class StaticProbe:
+    """Verification probes on a :class:`StaticEngine` (its buffers and graphs)."""
+
+    def __init__(self, engine: StaticEngine) -> None:
+        self.engine, self.target = engine, engine.target
+
+    def reserve(self, tokens: int, nodes: int) -> None:
+        """The latency grid's one allocation (growing later would drop captured graphs)."""
+        self.engine.ensure_capacity(tokens, nodes=nodes)
+
+    def at_context(self, c: int, room: int, generator: torch.Generator) -> None:
+        """Nothing to prefill: the cached values do not change a verification's time."""
+
+    @torch.no_grad()
+    def probe(self, tokens: torch.Tensor, c: int, temperature: float = 0.0) -> Callable[[], None]:
+        """One verification of a chain of ``tokens`` [s] at context ``c``, exactly as a decode step runs it.
+
+        For the latency grid: the cached context's values do not change the time, so the
+        first ``c`` entries are left as they are instead of prefilling ``c`` tokens.
+        """
+        eng, s = self.engine, tokens.shape[0]
+        eng.ensure_capacity(c + s, nodes=s)
+        kv = eng.window(c + s)
+        eng.length.fill_(c)
+        eng.cache.length = c
+        eng.tree_tokens[:s].copy_(tokens)
+        eng.tree_anc[:s, :s].copy_(torch.ones(s, s, dtype=torch.bool, device=eng.device).tril_())
+        eng.tree_depths[:s].copy_(eng.arange[:s])
+        feats = eng.drafter is not None  # decoding with a drafter taps features: so does the probe
+        if temperature <= 0:
+            return lambda: eng.runner(("verify", s, kv, True, feats), lambda: eng.verify(s, kv, True, feats))
+        eng.logits_buffer()  # allocated before the graph that writes it is captured
+        gen = torch.Generator(device=eng.device).manual_seed(0)
+
+        def sampled() -> None:  # as a sampling decode step: logits out, then eager sampling at every node
+            eng.runner(("verify", s, kv, False, feats), lambda: eng.verify(s, kv, False, feats))
+            eng.proposals[:s].copy_(propose(eng.logits_buffer()[:s], temperature, gen))
+
+        return sampled
