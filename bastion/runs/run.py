@@ -300,6 +300,8 @@ def _check_positions(target_ref: str, max_new_tokens: int, block_size: int | Non
         config = AutoConfig.from_pretrained(target_ref)
     except Exception:  # noqa: BLE001 - an unreachable model is reported when it loads
         return
+    if config.model_type not in models.SUPPORTED_FAMILIES:
+        return  # refused, with the supported families named, when it loads
     limit = getattr(config, "max_position_embeddings", None)
     need = max_new_tokens + 1 + (block_size or 1)  # at least one prompt token and one draft block
     if limit is not None and need > int(limit):
