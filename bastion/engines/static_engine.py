@@ -309,17 +309,15 @@ class StaticEngine:
         self.tree_tokens[:s].copy_(tokens)
         self.tree_anc[:s, :s].copy_(torch.ones(s, s, dtype=torch.bool, device=self.device).tril_())
         self.tree_depths[:s].copy_(self.arange[:s])
-        feats = self.drafter is not None  # decoding with a drafter taps features: so does the probe
-        if temperature <= 0:
-            return lambda: self.runner(("verify", s, kv, True, feats), lambda: self.verify(s, kv, True, feats))
-        self.logits_buffer()  # allocated before the graph that writes it is captured
-        gen = torch.Generator(device=self.device).manual_seed(0)
+        feats, greedy = self.drafter is not None, temperature <= 0  # as a decode step: features tapped with a drafter
+        gen = None if greedy else torch.Generator(device=self.device).manual_seed(0)
+        logits = None if greedy else self.logits_buffer()  # allocated before the graph that writes it is captured
 
-        def sampled() -> None:  # as a sampling decode step: logits out, then eager sampling at every node
-            self.runner(("verify", s, kv, False, feats), lambda: self.verify(s, kv, False, feats))
-            self.proposals[:s].copy_(propose(self.logits_buffer()[:s], temperature, gen))
-
-        return sampled
+        def step() -> None:  # at T > 0, as a sampling decode step: logits out, then eager sampling at every node
+            self.runner(("verify", s, kv, greedy, feats), lambda: self.verify(s, kv, greedy, feats))
+            if not greedy:
+                self.proposals[:s].copy_(propose(logits[:s], temperature, gen))
+        return step
 
     def state(self) -> list[torch.Tensor]:
         """Tensors :meth:`commit` updates in place (restored after capture warm-up)."""
