@@ -194,6 +194,8 @@ class DecodeRun:
             "temperature": self.temperature, "block_size": drafter.block_size if drafter else None, "methods": methods,
             "policy": [self.n_min, self.n_max, self.topk, self.budget], "seed": self.seed, "thinking": self.enable_thinking,
         }
+        if self.history_from:  # the later turns' prompts depend on it
+            settings["history_from"] = str(self.history_from)
         key = records.run_key(settings)
         base = {
             "run_key": key, "model": model_name, "target": target_ref, "draft_model": drafter_ref if need_drafter else None,
