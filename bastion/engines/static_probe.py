@@ -42,14 +42,13 @@ class StaticProbe:
         eng.tree_tokens[:s].copy_(tokens)
         eng.tree_anc[:s, :s].copy_(torch.ones(s, s, dtype=torch.bool, device=eng.device).tril_())
         eng.tree_depths[:s].copy_(eng.arange[:s])
-        feats = eng.drafter is not None  # decoding with a drafter taps features: so does the probe
-        if temperature <= 0:
-            return lambda: eng.runner(("verify", s, kv, True, feats), lambda: eng.verify(s, kv, True, feats))
-        eng.logits_buffer()  # allocated before the graph that writes it is captured
-        gen = torch.Generator(device=eng.device).manual_seed(0)
+        feats, greedy = eng.drafter is not None, temperature <= 0  # as a decode step: features tapped with a drafter
+        gen = None if greedy else torch.Generator(device=eng.device).manual_seed(0)
+        logits = None if greedy else eng.logits_buffer()  # allocated before the graph that writes it is captured
 
-        def sampled() -> None:  # as a sampling decode step: logits out, then eager sampling at every node
-            eng.runner(("verify", s, kv, False, feats), lambda: eng.verify(s, kv, False, feats))
-            eng.proposals[:s].copy_(propose(eng.logits_buffer()[:s], temperature, gen))
+        def step() -> None:  # at T > 0, as a sampling decode step: logits out, then eager sampling at every node
+            eng.runner(("verify", s, kv, greedy, feats), lambda: eng.verify(s, kv, greedy, feats))
+            if not greedy:
+                eng.proposals[:s].copy_(propose(logits[:s], temperature, gen))
 
-        return sampled
+        return step

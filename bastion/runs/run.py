@@ -223,6 +223,8 @@ class DecodeRun:
         }
         if need_eagle3:  # only then, so the run keys of runs without EAGLE-3 stay as they were
             settings["eagle3"] = [eagle3_ref, self.eagle3_depth, self.eagle3_topk, self.eagle3_total_tokens]
+        if self.history_from:  # the later turns' prompts depend on it
+            settings["history_from"] = str(self.history_from)
         key = records.run_key(settings)
         base = {
             "run_key": key, "model": model_name, "target": target_ref, "draft_model": drafter_ref if need_drafter else None,
@@ -337,6 +339,8 @@ def _check_positions(target_ref: str, max_new_tokens: int, block_size: int | Non
         config = AutoConfig.from_pretrained(target_ref)
     except Exception:  # noqa: BLE001 - an unreachable model is reported when it loads
         return
+    if config.model_type not in models.SUPPORTED_FAMILIES:
+        return  # refused, with the supported families named, when it loads
     limit = getattr(config, "max_position_embeddings", None)
     need = max_new_tokens + 1 + (block_size or 1)  # at least one prompt token and one draft block
     if limit is not None and need > int(limit):

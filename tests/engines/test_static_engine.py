@@ -207,6 +207,10 @@ def test_engine_factory_and_static_calibration_probe():
     assert [(r["s"], r["c"]) for r in rows] == Grid.named("tiny").points()
     assert all(r["latency_s"] > 0 for r in rows)
     assert eng.static.n_max == max(s for s, _ in Grid.named("tiny").points())
+    # at T > 0 the probe also samples at every node, into the logits buffer sized for the grid
+    sampled = probe_grid(eng.verify_probe(), Grid.named("tiny"), temperature=1.0)
+    assert len(sampled) == len(rows) and all(r["latency_s"] > 0 for r in sampled)
+    assert eng.static.logits_buffer().shape[0] >= eng.static.n_max
     # the probe leaves the engine usable for decoding, with the same outputs as before
     assert eng.decoder("ar").generate([1, 2, 3], 10).output_ids == _ar(target, [1, 2, 3], 10)
 

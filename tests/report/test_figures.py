@@ -285,7 +285,14 @@ def test_cost_model_fit(tmp_path):
     grids = [make_grid(tmp_path, "m1"), make_grid(tmp_path, "m2", heldout=False)]
     plots_steps.cost_model_fit(grids, ["m1", "m2"], out, TITLE)
     assert_pdf_has(out, tables.title_text(TITLE, "Cost model fit"), "Measured verification latency (ms)",
-                   "Predicted verification latency (ms)", "MAPE 12.3%", "MAPE 9.9%", "identity", "m2")
+                   "Predicted verification latency (ms)", "MAPE 12.3%", "MAPE 9.9%", "identity", "m2",
+                   "held-out error 9.9% mean, 20.0% worst")
+    # a fit kept past the quality gate says so
+    data = json.loads(grids[0].read_text())
+    data["report"]["quality_gate"] = {"max_heldout_mape": None, "passed": False, "attempts": []}
+    grids[0].write_text(json.dumps(data))
+    plots_steps.cost_model_fit(grids[:1], ["m1"], out, TITLE)
+    assert_pdf_has(out, "above the calibration quality gate")
     empty = tmp_path / "empty" / "latency_grid.json"
     empty.parent.mkdir()
     empty.write_text(json.dumps({"points": [], "report": {}}))

@@ -79,7 +79,8 @@ def test_lint_and_paper_plan_without_network(work):
     assert time.monotonic() - t0 < 120
     # 3 models x 8 datasets x 2 temperatures x (ar, dflash, bastion + 6 budgets)
     assert plan["decode"] == 3 * 8 * 2 * 9
-    assert plan["prepare_dataset"] == 8 and plan["fetch_model"] == 3 and plan["calibrate_latency"] == 3
+    # calibration per (model, temperature class): T = 0 and T > 0
+    assert plan["prepare_dataset"] == 8 and plan["fetch_model"] == 3 and plan["calibrate_latency"] == 6
 
 
 def test_fingerprint_change_reruns_calibration_and_decoding(work):
