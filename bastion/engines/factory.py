@@ -24,8 +24,8 @@ from dflash import DFlashDraftModel
 ENGINES = ("eager", "static", "compiled")
 ENGINE_CHOICES = ("auto", *ENGINES)
 # ``auto`` on a CPU: the engine that measured fastest there for the tiny pair
-# (docs/performance.md, "engine: auto"); on CUDA it is always ``compiled``.
-CPU_ENGINE = "eager"
+# (docs/performance.md, session 5, "engine: auto"); on CUDA it is always ``compiled``.
+CPU_ENGINE = "static"
 
 
 def check_engine(name: str) -> str:

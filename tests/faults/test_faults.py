@@ -24,6 +24,7 @@ from bastion.calibration import fingerprint
 from bastion.calibration.store import Calibration
 from bastion.costmodel.model import CostModel, CostParams, StepOverheads
 from bastion.costmodel.roofline import HardwarePeaks, ModelShape
+from bastion.engines.factory import resolve_engine
 from bastion.results import records
 from tests.support.builders import byte_tokenizer, tiny_drafter, tiny_target
 from tests.support.pipeline_support import REPO, copy_checkout, smk
@@ -43,7 +44,7 @@ def cli(capsys, *args: str) -> str:
 
 def calibration_file(path: Path, temperature: float = 0.0) -> dict:
     shape = ModelShape.from_config(tiny_target().config, 4)
-    here = fingerprint.collect(torch.device("cpu"), torch.float32, "sdpa", "eager")
+    here = fingerprint.collect(torch.device("cpu"), torch.float32, "sdpa", resolve_engine("auto", "cpu"))
     cal = Calibration("tiny", here, CostModel(shape, HardwarePeaks(1e10, 1e10), CostParams(1, 0, 1, 0)),
                       StepOverheads(1e-3, 1e-3), {"heldout_mape": 0.01}, {}, [{"s": 8, "c": 16, "latency_s": 1e-3}],
                       temperature=temperature)

@@ -18,6 +18,7 @@ import time
 
 import pytest
 
+from bastion.engines.factory import resolve_engine
 from tests.support.pipeline_support import (
     SNAKEMAKE,
     copy_checkout,
@@ -235,20 +236,22 @@ def test_report(work, tmp_path):
     assert out.stat().st_size > 10_000
 
 
-def test_static_engine_recalibrates_and_decodes_the_same_tokens(work):
-    """``engine: static`` is part of the fingerprint (own calibration) and keeps T = 0 outputs.
+def test_engine_switch_recalibrates_and_decodes_the_same_tokens(work):
+    """The engine is part of the fingerprint (own calibration) and keeps T = 0 outputs.
 
-    Last in the module: it replaces one cell's results with the static engine's.
+    The default ``auto`` resolves to one engine on this CPU; switching to the other one
+    recalibrates and redecodes.  Last in the module: it replaces one cell's results.
     """
+    other = "eager" if resolve_engine("auto", "cpu") != "eager" else "static"
     hw = hardware_key(work)
     cell = work / "results" / hw / "tiny" / "stdlib-heldout" / "t0" / "bastion.jsonl"
     before = {(r["prompt_index"], r["turn"]): r["output_ids"] for r in map(json.loads, open(cell))}
     target = str(cell.relative_to(work))
-    plan = planned(work, "--config", "engine=static", "--", target)
+    plan = planned(work, "--config", f"engine={other}", "--", target)
     assert plan.get("calibrate_latency") == 1 and plan.get("profile_constants") == 1 and plan.get("decode") == 1
-    smk(work, "--cores", "1", "--config", "engine=static", "--", target)
+    smk(work, "--cores", "1", "--config", f"engine={other}", "--", target)
     records = [json.loads(line) for line in open(cell)]
     assert {(r["prompt_index"], r["turn"]): r["output_ids"] for r in records} == before
-    assert {r["fingerprint"]["engine"] for r in records} == {"static"}
+    assert {r["fingerprint"]["engine"] for r in records} == {other}
     res = smk(work, "-n", "--config", "engine=turbo", "--", target, check=False)
     assert res.returncode != 0 and "turbo" in res.stdout + res.stderr
