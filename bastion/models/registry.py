@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -179,30 +180,55 @@ def check_eagle3(head, target: Target, target_name: str, head_name: str) -> None
         ) from None
 
 
-def check_pair(target: Target, drafter: DFlashDraftModel, target_name: str, drafter_name: str) -> None:
-    """Refuse a drafter whose sizes or tapped layers do not fit the target."""
+def _config_problems(target_config: Any, drafter_config: Any) -> list[str]:
+    """What the two configs alone say does not fit (no weights needed)."""
     problems = []
-    t_hidden, d_hidden = int(target.config.hidden_size), drafter.config.hidden_size
+    t_hidden, d_hidden = int(target_config.hidden_size), int(drafter_config.hidden_size)
+    t_layers, vocab = int(target_config.num_hidden_layers), int(target_config.vocab_size)
     if t_hidden != d_hidden:
         problems.append(f"hidden size: drafter {d_hidden}, target {t_hidden}")
-    bad = [i for i in drafter.target_layer_ids if not 0 <= i < target.num_layers]
+    bad = [i for i in drafter_config.target_layer_ids if not 0 <= i < t_layers]
     if bad:
-        problems.append(f"drafter taps target layers {bad}, but the target has {target.num_layers} layers")
-    n_tapped = drafter.fc.in_features // max(d_hidden, 1)
-    if n_tapped != len(drafter.target_layer_ids):
-        problems.append(f"fc expects {n_tapped} tapped layers, config lists {len(drafter.target_layer_ids)}")
-    vocab = int(target.config.vocab_size)
-    mask_id = drafter.mask_token_id
+        problems.append(f"drafter taps target layers {bad}, but the target has {t_layers} layers")
+    mask_id = drafter_config.mask_token_id
     if mask_id is None or not 0 <= mask_id < vocab:
         problems.append(f"mask token id {mask_id} is outside the target vocabulary (size {vocab})")
-    if drafter.config.num_target_layers not in (None, target.num_layers):
-        problems.append(
-            f"drafter was trained on a {drafter.config.num_target_layers}-layer target, this one has {target.num_layers}"
-        )
+    if drafter_config.num_target_layers not in (None, t_layers):
+        problems.append(f"drafter was trained on a {drafter_config.num_target_layers}-layer target, this one has {t_layers}")
+    return problems
+
+
+def _refuse(problems: list[str], target_name: str, drafter_name: str) -> None:
     if problems:
-        raise DrafterMismatchError(
-            f"drafter {drafter_name!r} does not fit target {target_name!r}: " + "; ".join(problems)
-        )
+        raise DrafterMismatchError(f"drafter {drafter_name!r} does not fit target {target_name!r}: " + "; ".join(problems))
+
+
+def check_pair_configs(target_ref: str, drafter_ref: str) -> None:
+    """The pair check from the two config files, before any weights load.
+
+    Configs that cannot be read here (an unreachable hub, a missing folder) are skipped:
+    loading reports them with their own fix.
+    """
+    try:
+        from transformers import AutoConfig
+
+        from dflash.checkpoint import resolve_checkpoint_dir
+        from dflash.config import DFlashConfig
+
+        target_config = AutoConfig.from_pretrained(target_ref)
+        drafter_config = DFlashConfig.from_json_file(resolve_checkpoint_dir(drafter_ref) / "config.json")
+    except Exception:  # noqa: BLE001 - reported, with its fix, when the model loads
+        return
+    _refuse(_config_problems(target_config, drafter_config), target_ref, drafter_ref)
+
+
+def check_pair(target: Target, drafter: DFlashDraftModel, target_name: str, drafter_name: str) -> None:
+    """Refuse a drafter whose sizes or tapped layers do not fit the target."""
+    problems = _config_problems(target.config, drafter.config)
+    n_tapped = drafter.fc.in_features // max(int(drafter.config.hidden_size), 1)
+    if n_tapped != len(drafter.target_layer_ids):
+        problems.append(f"fc expects {n_tapped} tapped layers, config lists {len(drafter.target_layer_ids)}")
+    _refuse(problems, target_name, drafter_name)
 
 
 def fetch(ref: str, kind: str) -> str:

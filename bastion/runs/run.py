@@ -155,6 +155,8 @@ class DecodeRun:
             raise UsageError(f"dataset {self.dataset!r} has no prompts")
         histories = _load_histories(self.history_from) if self.history_from else None
         _check_positions(target_ref, self.max_new_tokens, self.block_size)  # from the config, before any weights
+        if need_drafter:
+            models.check_pair_configs(target_ref, drafter_ref)  # the pair's fit, from the configs alone
         out_path = Path(self.output) if self.output else None
         part = records.partial_path(f"{out_path}.rank{rank}" if out_path and world > 1 else out_path) if out_path else None
         if part is not None:

@@ -168,6 +168,26 @@ def test_drafter_for_another_target(capsys, tmp_path):
     assert "does not fit target" in msg and "hidden size" in msg and str(tmp_path / "drafter") in msg
 
 
+def test_drafter_mismatch_is_refused_before_any_weights_load(capsys, tmp_path, monkeypatch):
+    from bastion.models import registry
+
+    target = tiny_target(vocab=260, hidden=64, seed=0)
+    target.save_pretrained(tmp_path / "target")
+    byte_tokenizer().save_pretrained(tmp_path / "target")
+    tiny_drafter(tiny_target(vocab=260, hidden=32, seed=1), block_size=4, mask_id=257).save_pretrained(
+        str(tmp_path / "drafter"))
+
+    def no_weights(*a, **k):
+        raise AssertionError("weights loaded before the pair check")
+
+    monkeypatch.setattr(registry, "load_target", no_weights)
+    monkeypatch.setattr(registry, "load_drafter", no_weights)
+    code = main(["--model", str(tmp_path / "target"), "--draft-model", str(tmp_path / "drafter"), "--dataset",
+                 "stdlib-heldout", "--max-samples", "1", "--max-new-tokens", "4", "--methods", "dflash", "--quiet"])
+    msg = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2 and "does not fit target" in msg and "hidden size: drafter 32, target 64" in msg
+
+
 def test_corrupt_dataset_line(capsys, tmp_path):
     data = tmp_path / "prompts.jsonl"
     data.write_text('{"turns": ["def f():"]}\n{"turns": ["oops"\n')
