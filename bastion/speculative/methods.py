@@ -25,16 +25,24 @@ TREE_KINDS = ("chain", "ranked", "drafted")
 @dataclass(frozen=True)
 class MethodSpec:
     name: str
-    drafts: bool  # a drafter runs every step
-    ranked: bool  # the tree is the best ranked draft paths; otherwise a chain or a drafted tree
     tree: str = "chain"  # "chain" | "ranked" | "drafted" (the drafter returns its own tree)
     drafter: str | None = None  # which model drafts: None, "dflash" or "eagle3"
 
     def __post_init__(self) -> None:
-        if self.tree not in TREE_KINDS or self.ranked != (self.tree == "ranked"):
-            raise ValueError(f"method {self.name!r}: tree kind {self.tree!r} does not fit ranked={self.ranked}")
-        if self.drafts != (self.drafter is not None):
-            raise ValueError(f"method {self.name!r}: drafts={self.drafts} but drafter={self.drafter!r}")
+        if self.tree not in TREE_KINDS:
+            raise ValueError(f"method {self.name!r}: unknown tree kind {self.tree!r}; choose from {TREE_KINDS}")
+        if self.tree != "chain" and self.drafter is None:
+            raise ValueError(f"method {self.name!r}: a {self.tree} tree needs a drafter")
+
+    @property
+    def drafts(self) -> bool:
+        """A drafter runs every step."""
+        return self.drafter is not None
+
+    @property
+    def ranked(self) -> bool:
+        """The tree is the best ranked draft paths under the budget rule."""
+        return self.tree == "ranked"
 
     def known_size(self, block: int, policy: TreePolicy, ranked_paths: int, drafted: int | None = None) -> int | None:
         """Nodes the step verifies when the host knows it without reading the device.
@@ -87,10 +95,10 @@ class Eagle3Policy:
 
 
 SPECS: dict[str, MethodSpec] = {
-    "ar": MethodSpec("ar", drafts=False, ranked=False),
-    "eagle3": MethodSpec("eagle3", drafts=True, ranked=False, tree="drafted", drafter="eagle3"),
-    "dflash": MethodSpec("dflash", drafts=True, ranked=False, drafter="dflash"),
-    "bastion": MethodSpec("bastion", drafts=True, ranked=True, tree="ranked", drafter="dflash"),
+    "ar": MethodSpec("ar"),
+    "eagle3": MethodSpec("eagle3", tree="drafted", drafter="eagle3"),
+    "dflash": MethodSpec("dflash", drafter="dflash"),
+    "bastion": MethodSpec("bastion", tree="ranked", drafter="dflash"),
 }
 assert tuple(SPECS) == METHODS
 
