@@ -189,7 +189,7 @@ def test_limits_are_refused_with_the_fix():
         StaticDecoder(engine, "bastion", TreePolicy(budget=64))
     with pytest.raises(ContextTooLongError, match=r"exceed the static engine's buffers \(\d+\); raise its max_context"):
         engine.window(engine.capacity + 1)
-    with pytest.raises(ValueError, match="unknown engine 'turbo'; choose one of: eager, static, compiled"):
+    with pytest.raises(ValueError, match="unknown engine 'turbo'; choose one of: auto, eager, static, compiled"):
         check_engine("turbo")
 
 
