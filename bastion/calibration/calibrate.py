@@ -60,6 +60,8 @@ def calibrate(
     peaks = measure_peaks(target.device, target.dtype)
     log(f"[calibrate] peaks: {peaks.flops_per_s / 1e12:.2f} TFLOP/s matmul, "
         f"{peaks.attention_flops_per_s / 1e12:.2f} TFLOP/s masked attention, {peaks.bytes_per_s / 1e9:.1f} GB/s")
+    log(f"[calibrate] grid of {len(grid.points())} points (s up to {max(grid.s_values + grid.tail_s)}, "
+        f"c up to {grid.c_values[-1]})")
     probe = engine.verify_probe()
     rows, model_obj, report = gated_fit(
         lambda: probe_grid(probe, grid, temperature=temperature, progress=progress),

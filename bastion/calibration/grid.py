@@ -83,22 +83,21 @@ def probe_grid(
     points = [(s, c) for s, c in grid.points() if c + s <= target.max_positions]
     if len(points) < 8:
         raise CalibrationError(f"only {len(points)} grid points fit the target's {target.max_positions} positions")
-    shown = bar(len(points), "calibrate grid", "point", enabled=progress)
-    # one allocation for the whole grid (growing drops captured graphs)
-    probe.reserve(max(c + s for s, c in points), nodes=max(s for s, _ in points))
-    for c in grid.c_values:
-        s_values = [s for s, cc in points if cc == c]
-        if not s_values:
-            continue
-        probe.at_context(c, max(s_values), gen)
-        for s in s_values:
-            ids = torch.randint(0, vocab, (1, s), generator=gen).to(device)
-            step = probe.probe(ids[0], c, temperature=temperature)
-            med, std = median_time(step, device, grid.warmup, grid.repeats)
-            rows.append({"s": s, "c": c, "latency_s": med, "std_s": std})
-            shown.set_postfix(s=s, c=c, ms=f"{1e3 * med:.2f}", refresh=False)
-            shown.update()
-    shown.close()
+    with bar(len(points), "calibrate grid", "point", enabled=progress) as shown:
+        # one allocation for the whole grid (growing drops captured graphs)
+        probe.reserve(max(c + s for s, c in points), nodes=max(s for s, _ in points))
+        for c in grid.c_values:
+            s_values = [s for s, cc in points if cc == c]
+            if not s_values:
+                continue
+            probe.at_context(c, max(s_values), gen)
+            for s in s_values:
+                ids = torch.randint(0, vocab, (1, s), generator=gen).to(device)
+                step = probe.probe(ids[0], c, temperature=temperature)
+                med, std = median_time(step, device, grid.warmup, grid.repeats)
+                rows.append({"s": s, "c": c, "latency_s": med, "std_s": std})
+                shown.set_postfix(s=s, c=c, ms=f"{1e3 * med:.2f}", refresh=False)
+                shown.update()
     return rows
 
 

@@ -247,18 +247,17 @@ class DecodeRun:
         stops = builder.stop_ids(target)
         todo = [i for i in mine if i not in finished]
         all_recs = list(done_recs)
-        shown = bar(len(todo), f"decode {'/'.join(methods)}", "prompt", enabled=not self.quiet and rank == 0)
-        tokens = seconds = 0.0
-        for idx in todo:
-            prompt_recs = self._decode_prompt(idx, prompts[idx], decoders, methods, builder, stops, base, histories)
-            if part:
-                records.append_records(part, prompt_recs)
-            all_recs.extend(prompt_recs)
-            tokens += sum(len(r["output_ids"]) for r in prompt_recs)
-            seconds += sum(r["decode_seconds"] for r in prompt_recs)
-            shown.set_postfix(tok_s=f"{tokens / max(seconds, 1e-9):.1f}", refresh=False)
-            shown.update()
-        shown.close()
+        with bar(len(todo), f"decode {'/'.join(methods)}", "prompt", enabled=not self.quiet and rank == 0) as shown:
+            tokens = seconds = 0.0
+            for idx in todo:
+                prompt_recs = self._decode_prompt(idx, prompts[idx], decoders, methods, builder, stops, base, histories)
+                if part:
+                    records.append_records(part, prompt_recs)
+                all_recs.extend(prompt_recs)
+                tokens += sum(len(r["output_ids"]) for r in prompt_recs)
+                seconds += sum(r["decode_seconds"] for r in prompt_recs)
+                shown.set_postfix(tok_s=f"{tokens / max(seconds, 1e-9):.1f}", refresh=False)
+                shown.update()
 
         # 5. gather, write, summarise
         if world > 1:

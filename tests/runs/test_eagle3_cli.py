@@ -68,7 +68,7 @@ def test_mismatched_head_is_one_line_error(pair, tmp_path, capsys):
     root, target, drafter, data = pair
     wide = save_eagle3_head(tmp_path / "wide-head", tiny_target("qwen3", layers=8, hidden=128))
     rc = benchmark.main(["--model", str(target), "--dataset", str(data), "--methods", "ar,eagle3", "--device", "cpu",
-                         "--eagle3-model", str(wide), "--cache-dir", str(tmp_path)])
+                         "--eagle3-model", str(wide), "--cache-dir", str(tmp_path), "--max-new-tokens", "8"])
     assert rc == 2
     errors = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and errors[0].startswith("error: EAGLE-3 head")  # one line
