@@ -14,7 +14,7 @@ import os
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -34,34 +34,10 @@ from bastion.engines.factory import Engine, resolve_engine
 from bastion.models import registry as models
 from bastion.models.eagle3 import Eagle3Drafter
 from bastion.progress import bar
+from bastion.runs.checks import UsageError, check_positions, load_histories, parse_methods
 from bastion.results import records
 from bastion.speculative.methods import Eagle3Policy, method_spec
 from bastion.speculative.tree import TreePolicy
-
-
-class UsageError(ValueError):
-    """Bad run settings; the CLI reports them as one line with exit status 2."""
-
-
-def parse_methods(text: str | Sequence[str]) -> tuple[str, ...]:
-    """Known methods in run order (AR first: later turns reuse its answer)."""
-    methods = [m.strip() for m in (text.split(",") if isinstance(text, str) else text) if m.strip()]
-    bad = [m for m in methods if m not in METHODS]
-    if bad or not methods:
-        raise UsageError(f"unknown method(s) {bad or text!r} in --methods; choose from {', '.join(METHODS)}")
-    return tuple(m for m in METHODS if m in methods)
-
-
-def parse_shard(text: str | None) -> tuple[int, int]:
-    """``I/N`` -> (I, N): decode only prompts with index % N == I."""
-    if text is None:
-        return 0, 1
-    try:
-        i, n = (int(x) for x in text.split("/"))
-        assert 0 <= i < n
-    except (ValueError, AssertionError):
-        raise UsageError(f"--shard must be I/N with 0 <= I < N, got {text!r}") from None
-    return i, n
 
 
 def _dist() -> tuple[int, int, int]:
@@ -153,8 +129,8 @@ class DecodeRun:
         prompts = datasets.load_prompts(self.dataset, self.max_samples, seed=self.data_seed, cache_dir=self.cache_dir)
         if not prompts:
             raise UsageError(f"dataset {self.dataset!r} has no prompts")
-        histories = _load_histories(self.history_from) if self.history_from else None
-        _check_positions(target_ref, self.max_new_tokens, self.block_size)  # from the config, before any weights
+        histories = load_histories(self.history_from) if self.history_from else None
+        check_positions(target_ref, self.max_new_tokens, self.block_size)  # from the config, before any weights
         if need_drafter:
             models.check_pair_configs(target_ref, drafter_ref)  # the pair's fit, from the configs alone
         out_path = Path(self.output) if self.output else None
@@ -321,31 +297,3 @@ class DecodeRun:
         cal = Calibration.load(path, current=fp_now)
         cal.check_temperature(self.temperature, path)
         return cal
-
-
-def _load_histories(path: str) -> dict[tuple[int, int], list[int]]:
-    """(prompt index, turn) -> AR's output ids, from AR's records file."""
-    try:
-        recs = records.read_records(path)
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot read history records {path} ({exc}); rerun the AR decode that writes them") from None
-    return {(r["prompt_index"], r["turn"]): r["output_ids"] for r in recs if r.get("method", "ar") == "ar"}
-
-
-def _check_positions(target_ref: str, max_new_tokens: int, block_size: int | None) -> None:
-    """Refuse --max-new-tokens beyond the target's positions, from its config alone (no weights)."""
-    try:
-        from transformers import AutoConfig
-
-        config = AutoConfig.from_pretrained(target_ref)
-    except Exception:  # noqa: BLE001 - an unreachable model is reported when it loads
-        return
-    if config.model_type not in models.SUPPORTED_FAMILIES:
-        return  # refused, with the supported families named, when it loads
-    limit = getattr(config, "max_position_embeddings", None)
-    need = max_new_tokens + 1 + (block_size or 1)  # at least one prompt token and one draft block
-    if limit is not None and need > int(limit):
-        raise UsageError(
-            f"--max-new-tokens {max_new_tokens} does not fit the target's {limit} positions "
-            f"(max_position_embeddings of {target_ref}); lower --max-new-tokens below {int(limit) - 1 - (block_size or 1)}"
-        )

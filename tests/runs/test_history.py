@@ -8,7 +8,8 @@ import pytest
 
 from bastion.data.prompts import PromptBuilder
 from bastion.models import registry as models
-from bastion.runs.run import DecodeRun, UsageError
+from bastion.runs.checks import UsageError
+from bastion.runs.run import DecodeRun
 
 TURNS = ["def walk(path):\n", "    # now list the files\n", "    return"]
 

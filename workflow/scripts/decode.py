@@ -7,7 +7,8 @@ import torch
 from bastion.calibration import hardware
 from bastion.pipeline.gpu_slots import pinned
 from bastion.pipeline.joblog import job_log
-from bastion.runs.run import DecodeRun, parse_shard
+from bastion.runs.checks import parse_shard
+from bastion.runs.run import DecodeRun
 
 k = snakemake.params.knobs
 with job_log(snakemake.log[0]), pinned(k["device"]):

@@ -1,0 +1,66 @@
+"""Checks of a run's settings and inputs that need no weights: they fail in seconds, with the fix.
+
+The CLI and the pipeline's decode jobs both build a :class:`~bastion.runs.run.DecodeRun`;
+these are the parts of its validation that read only flags, config files and records.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from bastion.defaults import METHODS
+from bastion.models import registry as models
+from bastion.results import records
+
+
+class UsageError(ValueError):
+    """Bad run settings; the CLI reports them as one line with exit status 2."""
+
+
+def parse_methods(text: str | Sequence[str]) -> tuple[str, ...]:
+    """Known methods in run order (AR first: later turns reuse its answer)."""
+    methods = [m.strip() for m in (text.split(",") if isinstance(text, str) else text) if m.strip()]
+    bad = [m for m in methods if m not in METHODS]
+    if bad or not methods:
+        raise UsageError(f"unknown method(s) {bad or text!r} in --methods; choose from {', '.join(METHODS)}")
+    return tuple(m for m in METHODS if m in methods)
+
+
+def parse_shard(text: str | None) -> tuple[int, int]:
+    """``I/N`` -> (I, N): decode only prompts with index % N == I."""
+    if text is None:
+        return 0, 1
+    try:
+        i, n = (int(x) for x in text.split("/"))
+        assert 0 <= i < n
+    except (ValueError, AssertionError):
+        raise UsageError(f"--shard must be I/N with 0 <= I < N, got {text!r}") from None
+    return i, n
+
+
+def load_histories(path: str) -> dict[tuple[int, int], list[int]]:
+    """(prompt index, turn) -> AR's output ids, from AR's records file."""
+    try:
+        recs = records.read_records(path)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read history records {path} ({exc}); rerun the AR decode that writes them") from None
+    return {(r["prompt_index"], r["turn"]): r["output_ids"] for r in recs if r.get("method", "ar") == "ar"}
+
+
+def check_positions(target_ref: str, max_new_tokens: int, block_size: int | None) -> None:
+    """Refuse --max-new-tokens beyond the target's positions, from its config alone (no weights)."""
+    try:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(target_ref)
+    except Exception:  # noqa: BLE001 - an unreachable model is reported when it loads
+        return
+    if config.model_type not in models.SUPPORTED_FAMILIES:
+        return  # refused, with the supported families named, when it loads
+    limit = getattr(config, "max_position_embeddings", None)
+    need = max_new_tokens + 1 + (block_size or 1)  # at least one prompt token and one draft block
+    if limit is not None and need > int(limit):
+        raise UsageError(
+            f"--max-new-tokens {max_new_tokens} does not fit the target's {limit} positions "
+            f"(max_position_embeddings of {target_ref}); lower --max-new-tokens below {int(limit) - 1 - (block_size or 1)}"
+        )
