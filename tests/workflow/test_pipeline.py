@@ -78,15 +78,15 @@ def test_lint_and_paper_plan_without_network(work):
     t0 = time.monotonic()
     plan = planned(work, "--config", "experiment=paper")
     assert time.monotonic() - t0 < 120
-    # 3 models x 8 datasets x 2 temperatures x (ar, dflash, bastion + 6 budgets)
-    assert plan["decode"] == 3 * 8 * 2 * 9
+    # 3 models x 8 datasets x 2 temperatures x (ar, eagle3, dflash, bastion + 6 budgets)
+    assert plan["decode"] == 3 * 8 * 2 * 10
     # calibration per (model, temperature class): T = 0 and T > 0
     assert plan["prepare_dataset"] == 8 and plan["fetch_model"] == 3 and plan["calibrate_latency"] == 6
 
 
 def test_fingerprint_change_reruns_calibration_and_decoding(work):
     plan = planned(work, "--config", "attn_impl=eager", "--", "figures/speedup_table.pdf")
-    assert plan.get("calibrate_latency") == 1 and plan.get("profile_constants") == 1 and plan.get("decode") == 12
+    assert plan.get("calibrate_latency") == 1 and plan.get("profile_constants") == 1 and plan.get("decode") == 14
     assert "prepare_dataset" not in plan and "fetch_model" not in plan
 
 
@@ -96,7 +96,7 @@ def test_library_source_change_reruns_calibration_and_decoding(work):
     try:
         src.write_bytes(original + b"\n# an edit to the tree code\n")
         plan = planned(work, "--", "figures/speedup_table.pdf")
-        assert plan.get("calibrate_latency") == 1 and plan.get("decode") == 12
+        assert plan.get("calibrate_latency") == 1 and plan.get("decode") == 14
         assert "prepare_dataset" not in plan
     finally:
         src.write_bytes(original)
@@ -116,7 +116,7 @@ def test_code_hashes_follow_subpackage_folders(work):
         new_pkg.mkdir()
         (new_pkg / "__init__.py").write_text("")
         plan = planned(work, "--", "figures/speedup_table.pdf")
-        assert plan.get("calibrate_latency") == 1 and plan.get("decode") == 12
+        assert plan.get("calibrate_latency") == 1 and plan.get("decode") == 14
     finally:
         report_mod.unlink(missing_ok=True)
         if new_pkg.exists():
@@ -130,7 +130,7 @@ def test_sample_count_change_reruns_that_dataset_only(work, tmp_path):
     overlay.write_text("experiments:\n  tiny:\n    datasets:\n      humaneval-pkg: {max_samples: 6}\n"
                        "      stdlib-heldout: {max_samples: 5}\n")
     plan = planned(work, "--configfile", "config.yaml", str(overlay), "--", "figures/speedup_table.pdf")
-    assert plan.get("decode") == 6  # the six methods of stdlib-heldout, nothing of humaneval-pkg
+    assert plan.get("decode") == 7  # the seven methods of stdlib-heldout, nothing of humaneval-pkg
     assert "prepare_dataset" not in plan and "calibrate_latency" not in plan
     dry = smk(work, "-n", "--configfile", "config.yaml", str(overlay), "--", "figures/speedup_table.pdf")
     assert "humaneval-pkg/t0" not in "".join(l for l in dry.stdout.splitlines() if l.strip().startswith("output:"))
@@ -217,7 +217,7 @@ def test_hardware_switch_reruns_only_the_new_key(work):
     keys = 'hardware_keys={"alt-cpu": {"device_pattern": "."}}'
     stamp = {p: p.stat().st_mtime_ns for p in (work / "results").rglob("*") if p.is_file()}
     plan = planned(work, "--config", "hardware=alt-cpu", keys, "--", "figures/speedup_table.pdf")
-    assert plan.get("measure_hardware") == 1 and plan.get("calibrate_latency") == 1 and plan.get("decode") == 12
+    assert plan.get("measure_hardware") == 1 and plan.get("calibrate_latency") == 1 and plan.get("decode") == 14
     assert plan.get("aggregate_results") == 1 and plan.get("make_speedup_table") == 1
     assert "prepare_dataset" not in plan and "fetch_model" not in plan
     smk(work, "--cores", "2", "--config", "hardware=alt-cpu", keys, "--", "figures/speedup_table.pdf")
