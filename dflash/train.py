@@ -83,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="windows start at a document start (after an EOS), as prompts do at inference")
     g.add_argument("--max-seconds", type=float, default=0,
                    help="finish early (save the drafter, validate) once this much training time has passed")
+    g.add_argument("--time-schedule", action="store_true",
+                   help="with --max-seconds: the cosine decay follows elapsed time as well as steps, so a run cut by "
+                        "the clock still ends at the floor learning rate (a resume restarts the clock)")
     g = p.add_argument_group("runtime")
     g.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     g.add_argument("--precision", default="auto", help="autocast: auto (bf16 on GPU, fp32 on CPU), bf16, fp32")
@@ -286,7 +289,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.95))
     warmup = args.warmup_steps if args.warmup_steps is not None else max(1, args.steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(warmup, args.steps, args.min_lr_ratio))
+    lr_fn = lr_lambda(warmup, args.steps, args.min_lr_ratio)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_fn)
     data_gen = torch.Generator().manual_seed(args.seed)
     trainer = Trainer(target, drafter, args, device, amp_dtype)
     if args.compile:
@@ -343,13 +347,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             opt.zero_grad(set_to_none=True)
             res.loss.backward()
             gnorm = torch.nn.utils.clip_grad_norm_(drafter.parameters(), args.grad_clip)
+            if args.time_schedule and args.max_seconds:
+                # the further of the step and the clock sets the schedule's progress
+                by_time = (time.perf_counter() - t_start) / args.max_seconds * args.steps
+                mult = lr_fn(max(step - 1, int(by_time)))
+                for g in opt.param_groups:
+                    g["lr"] = args.lr * mult
+            used_lr = opt.param_groups[0]["lr"]
             opt.step()
             sched.step()
             meter.add(res)
             bar.update(1)
             if step % args.log_every == 0 or step == args.steps:
                 dt = time.perf_counter() - t0
-                rec = {"step": step, **meter.summary(), "lr": sched.get_last_lr()[0],
+                rec = {"step": step, **meter.summary(), "lr": used_lr,
                        "grad_norm": float(gnorm), "tokens_per_s": meter.n * tokens_per_step / max(dt, 1e-9)}
                 if val_tokens is not None and args.val_every and step % args.val_every == 0:
                     rec["val"] = evaluate(trainer, val_tokens, args)

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Retrain the bundled tiny DFlash drafter against the SHIPPED tiny target, on one GPU, with
+# more self-distillation data than tools/gpu/train_tiny_pair.sh and a learning-rate
+# schedule that follows the clock (--time-schedule), so a time-boxed run ends at its floor:
+#   1. the target's continuations (256 new tokens) of every training-split header, greedy
+#      and once sampled at T = 1, and greedy continuations of 16,384 random training
+#      windows (10% sampled); the validation headers' continuations as validation data;
+#   2. three 2-layer candidates in parallel (a 3-layer drafter would break the 32 MiB
+#      package limit): a (from scratch, as stage 3 of train_tiny_pair.sh), b (fine-tuned
+#      from the shipped drafter at a lower rate), c (from scratch, 1.5x the tokens a step).
+# Run from the repository root with the CPU-built build/ (train_prompts.jsonl,
+# valid_prompts.jsonl, train.txt.gz; docs/tiny-pair.md, steps 1-2):
+#   OUT=out bash tools/gpu/retrain_tiny_drafter.sh
+# Writes into $OUT: logs.tgz and drafters.tgz (bf16 candidates a, b, c).
+set -uo pipefail
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=4
+OUT=${OUT:-$PWD/gpu_out}; W=${WORK:-/tmp/tiny}; C=${BUILD:-build}; L=$W/logs
+TT=dflash/assets/tiny/target; D0=dflash/assets/tiny/drafter; TAPS=1,4,6
+GEN_SECONDS=${GEN_SECONDS:-140}; TRAIN_SECONDS=${TRAIN_SECONDS:-270}
+mkdir -p "$OUT" "$L"
+stage() { echo "== $1 rc=$2 $3s" | tee -a "$L/env.txt"; }
+{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  python -c "import torch,transformers;print('torch',torch.__version__,'transformers',transformers.__version__)"; } | tee "$L/env.txt"
+t=$SECONDS
+python - "$C/train.txt.gz" "$TT" "$W/train_tokens.npy" <<'PY'
+import gzip, sys, numpy as np
+from transformers import AutoTokenizer
+tok = AutoTokenizer.from_pretrained(sys.argv[2])
+docs = [d for d in gzip.open(sys.argv[1], "rt", encoding="utf-8").read().split("<|endoftext|>") if d]
+ids = []
+for enc in tok(docs, add_special_tokens=False)["input_ids"]:
+    ids.extend(enc); ids.append(tok.eos_token_id)
+np.save(sys.argv[3], np.asarray(ids, dtype=np.int32))
+print("train tokens", len(ids))
+PY
+stage tokens $? $((SECONDS-t)); t=$SECONDS
+gen() { timeout $GEN_SECONDS python -m dflash.distill_data --target $TT "$@"; }
+gen --prompt-file $C/train_prompts.jsonl --out $W/dp.npy --new-tokens 256 --batch-size 2048 --sample-frac 1.0 \
+  --sampled-copies 1 --seed 20 > "$L/distill_prompts.log" 2>&1 &
+gen --data $W/train_tokens.npy --out $W/dw.npy --prompts 16384 --prompt-len 64 --new-tokens 256 --batch-size 2048 \
+  --sample-frac 0.1 --seed 21 > "$L/distill_windows.log" 2>&1 &
+gen --prompt-file $C/valid_prompts.jsonl --out $W/dv.npy --new-tokens 256 --batch-size 512 --sample-frac 0.5 \
+  --sampled-copies 1 --seed 1 > "$L/distill_valid.log" 2>&1 &
+wait
+python -c "import numpy as np;np.save('$W/d.npy',np.concatenate([np.load('$W/dp.npy'),np.load('$W/dw.npy')]))"
+stage distill $? $((SECONDS-t)); grep -h distill: $L/distill_*.log
+t=$SECONDS
+train() { name=$1; shift; timeout $((TRAIN_SECONDS+60)) python -m dflash.train --target $TT --data $W/d.npy --val-data $W/dv.npy \
+  --out $W/$name --block-size 16 --target-layer-ids $TAPS --steps 12000 --seq-len 512 --doc-windows \
+  --max-seconds $TRAIN_SECONDS --time-schedule --save-every 100000 --log-every 500 --val-batches 32 --no-progress "$@" \
+  > "$L/drafter_$name.log" 2>&1; }
+train a --draft-layers 2 --batch-size 32 --anchors-per-seq 32 --lr 8e-4 --seed 1 &
+train b --init-from $D0 --batch-size 32 --anchors-per-seq 32 --lr 3e-4 --warmup-steps 200 --seed 2 &
+train c --draft-layers 2 --batch-size 48 --anchors-per-seq 32 --lr 1e-3 --seed 3 &
+wait
+stage drafters 0 $((SECONDS-t)); for n in a b c; do echo "-- $n"; tail -n 8 $L/drafter_$n.log; done
+mkdir -p $W/ship
+for n in a b c; do
+  [ -d $W/$n/drafter ] || continue
+  python - $W/$n/drafter $W/ship/$n <<'PY'
+import sys, torch
+from dflash import DFlashDraftModel
+m = DFlashDraftModel.from_pretrained(sys.argv[1], dtype=torch.bfloat16)
+m.config.layers.dtype = "bfloat16"
+m.save_pretrained(sys.argv[2])
+PY
+  cp $W/$n/train_log.jsonl $L/train_log_$n.jsonl
+done
+tar czf "$OUT/logs.tgz" -C $W logs
+tar czf "$OUT/drafters.tgz" -C $W ship
+ls -la "$OUT"
