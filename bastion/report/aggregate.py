@@ -4,7 +4,11 @@ A cell is (hardware, model, dataset, temperature, method); ``method`` is ``ar``,
 ``dflash``, ``bastion`` (adaptive) or ``bastion-b<N>`` (fixed budget N).  Speedup is
 the AR time per output token over the method's, over the decode phase, within the same
 (hardware, model, dataset, temperature); tau is tokens committed per target forward,
-pooled over all steps of the cell.  Every row carries the fingerprint it was made with.
+pooled over all steps of the cell.  At T = 0 every row also says whether the method's
+output equals AR's for the same prompt and turn (``same_as_ar``; a cell holds the
+fraction): speculative decoding is lossless, so anything below 1 in fp32 is a bug, and in
+bf16 it measures how often kernel rounding flips a near-tie.  Every row carries the
+fingerprint it was made with.
 """
 
 from __future__ import annotations
@@ -35,7 +39,22 @@ def _fp(rec: dict[str, Any]) -> dict[str, Any]:
     return {f"fp_{k}": fp.get(k, "") for k in FP_FIELDS}
 
 
+def _response_key(r: dict[str, Any]) -> tuple:
+    return (r["hardware"], r["model"], r.get("dataset") or r.get("dataset_arg"), float(r["temperature"]),
+            r["prompt_index"], r["turn"])
+
+
+def _same_as_ar(r: dict[str, Any], ar_outputs: dict[tuple, list[int]]) -> bool | str:
+    """Whether a greedy response equals AR's; "" where that is not defined (T > 0, or no AR record)."""
+    ref = ar_outputs.get(_response_key(r))
+    if float(r["temperature"]) > 0 or ref is None:
+        return ""
+    return list(r["output_ids"]) == ref
+
+
 def per_prompt_rows(recs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    recs = list(recs)
+    ar_outputs = {_response_key(r): list(r["output_ids"]) for r in recs if r["method"] == "ar"}
     rows = []
     for r in recs:
         acc = r["acceptance_lengths"]
@@ -48,7 +67,7 @@ def per_prompt_rows(recs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             "tpot_s": r["decode_seconds"] / r["num_output_tokens"] if r["num_output_tokens"] else float("nan"),
             "num_steps": len(acc), "committed": int(sum(acc)), "tau": float(np.mean(acc)) if acc else float("nan"),
             "mean_tree_size": float(np.mean(r["tree_sizes"])) if r["tree_sizes"] else float("nan"),
-            "stop_reason": r["stop_reason"], **_fp(r),
+            "stop_reason": r["stop_reason"], "same_as_ar": _same_as_ar(r, ar_outputs), **_fp(r),
         })
     return rows
 
@@ -81,6 +100,8 @@ def cell_rows(prompt_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             "mean_tree_size": float(np.average([r["mean_tree_size"] for r in rs], weights=[max(r["num_steps"], 1) for r in rs])),
         })
         cell["tok_per_s"] = 1.0 / cell["tpot_s"] if cell["tpot_s"] > 0 else float("nan")
+        compared = [r["same_as_ar"] for r in rs if r["same_as_ar"] != ""]
+        cell["same_as_ar"] = sum(map(bool, compared)) / len(compared) if compared else float("nan")
         for f in FP_FIELDS:
             cell[f"fp_{f}"] = "|".join(sorted({str(r[f"fp_{f}"]) for r in rs}))
         cells.append(cell)
