@@ -16,8 +16,9 @@ from __future__ import annotations
 import csv
 import os
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
