@@ -64,3 +64,18 @@ def test_real_stdlib_never_emits_heldout_modules():
     assert not files & held_files and not files & valid_files
     banned = train_prompts.heldout_header_texts(root)
     assert not any(r["turns"][0] in banned for r in recs)
+
+
+def test_package_prompts_are_headers_from_third_party_code_only():
+    from tools.tiny_pair import package_prompts
+
+    recs = package_prompts.build_records(["click"], cap=20)
+    assert len(recs) == 20
+    for r in recs:
+        (prompt,) = r["turns"]
+        assert prompt.lstrip().startswith(("def ", "async def ", "@")) and prompt.endswith("\n")
+        assert r["module"].startswith("click:")
+    with pytest.raises(SystemExit, match="not in site-packages"):
+        package_prompts.package_dir("json")
+    with pytest.raises(SystemExit, match="not installed"):
+        package_prompts.package_dir("no_such_package_here")
