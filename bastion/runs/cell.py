@@ -15,6 +15,7 @@ of a killed job before rerunning it, and the kept records let every method resum
 
 from __future__ import annotations
 
+import sys
 from typing import Sequence
 
 from bastion.results import records
@@ -29,6 +30,9 @@ def decode_cell(runs: Sequence[DecodeRun]) -> Session:
     eagle3 = [run.eagle3_policy() for run in runs if "eagle3" in parse_methods(run.methods)]
     session = Session(methods, eagle3[0] if eagle3 else None)
     for run in runs:
+        if not run.quiet:  # the job log tells the runs apart (the ablation runs all decode "bastion")
+            budget = f" at budget {run.budget}" if run.budget else ""
+            print(f"[cell] {'/'.join(parse_methods(run.methods))}{budget} -> {run.output}", file=sys.stderr, flush=True)
         run.keep_partial = True
         run.execute(session)
     for run in runs:
