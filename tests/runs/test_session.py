@@ -28,10 +28,10 @@ def data(tmp_path):
     return path
 
 
-def _runs(data, folder, history=False):
+def _runs(data, folder, history=False, engine="static"):
     """One run per method, as a cell job makes them: bastion at a fixed budget (no calibration)."""
     return [DecodeRun(model="tiny", dataset=str(data), methods=(m,), max_new_tokens=8, device="cpu", dtype="float32",
-                      engine="static", quiet=True, output=str(folder / f"{m}.jsonl"), budget=16 if m == "bastion" else None,
+                      engine=engine, quiet=True, output=str(folder / f"{m}.jsonl"), budget=16 if m == "bastion" else None,
                       history_from=str(folder / "ar.jsonl") if history and m != "ar" else None)
             for m in METHODS]
 
@@ -41,14 +41,15 @@ def _content(path):
     return [{k: v for k, v in json.loads(line).items() if k not in TIMES} for line in path.read_text().splitlines()]
 
 
-def test_a_session_loads_once_and_writes_the_records_of_runs_alone(data, tmp_path):
+@pytest.mark.parametrize("engine", ["static", "eager"])
+def test_a_session_loads_once_and_writes_the_records_of_runs_alone(data, tmp_path, engine):
     out = tmp_path / "out"
-    for run in _runs(data, out):  # each run alone, as the per-method jobs do
+    for run in _runs(data, out, engine=engine):  # each run alone, as the per-method jobs do
         run.execute()
     alone = {m: _content(out / f"{m}.jsonl") for m in METHODS}
     shutil.rmtree(out)
     session = Session(METHODS)
-    for run in _runs(data, out):
+    for run in _runs(data, out, engine=engine):
         run.execute(session)
     kinds = [key[0] for key in session.loaded]
     # one target, tokenizer, drafter, EAGLE-3 head and engine for all four runs

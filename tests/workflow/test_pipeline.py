@@ -258,20 +258,24 @@ def test_report(work, tmp_path):
     assert out.stat().st_size > 10_000
 
 
-def test_engine_switch_recalibrates_and_decodes_the_same_tokens(work):
+def test_engine_switch_recalibrates_and_decodes_the_same_tokens(work, tmp_path):
     """The engine is part of the fingerprint (own calibration) and keeps T = 0 outputs.
 
     The default ``auto`` resolves to one engine on this CPU; switching to the other one
-    recalibrates and redecodes.  Last in the module: it replaces one cell's results.
+    recalibrates and redecodes (one method's job, to stay short: tests/runs/test_session.py
+    decodes cells on both engines).  Last in the module: it replaces one cell's results.
     """
     other = "eager" if resolve_engine("auto", "cpu") != "eager" else "static"
     hw = hardware_key(work)
     cell = work / "results" / hw / "tiny" / "stdlib-heldout" / "t0" / "bastion.jsonl"
     before = {(r["prompt_index"], r["turn"]): r["output_ids"] for r in map(json.loads, open(cell))}
     target = str(cell.relative_to(work))
-    plan = planned(work, "--config", f"engine={other}", "--", target)
-    assert plan.get("calibrate_latency") == 1 and plan.get("profile_constants") == 1 and plan.get("decode_cell") == 1
-    smk(work, "--cores", "1", "--config", f"engine={other}", "--", target)
+    overlay = tmp_path / "method.yaml"
+    overlay.write_text("experiments:\n  tiny:\n    decode_jobs: method\n")
+    switch = ["--configfile", "config.yaml", str(overlay), "--config", f"engine={other}", "--", target]
+    plan = planned(work, *switch)
+    assert plan.get("calibrate_latency") == 1 and plan.get("profile_constants") == 1 and plan.get("decode") == 1
+    smk(work, "--cores", "1", *switch)
     records = [json.loads(line) for line in open(cell)]
     assert {(r["prompt_index"], r["turn"]): r["output_ids"] for r in records} == before
     assert {r["fingerprint"]["engine"] for r in records} == {other}
