@@ -149,8 +149,8 @@ def append_records(path: Path, records: Iterable[dict[str, Any]]) -> None:
         ) from None
 
 
-def finalise(output: str | os.PathLike, records: list[dict[str, Any]]) -> None:
-    """Write the sorted, de-duplicated records atomically and drop the partial file."""
+def finalise(output: str | os.PathLike, records: list[dict[str, Any]], keep_partial: bool = False) -> None:
+    """Write the sorted, de-duplicated records atomically and drop the partial file (unless ``keep_partial``)."""
     out = Path(output)
     uniq = {(r["prompt_index"], r["turn"], r["method"]): r for r in records}
     order = sorted(uniq)
@@ -167,7 +167,8 @@ def finalise(output: str | os.PathLike, records: list[dict[str, Any]]) -> None:
             f"cannot write {out} ({exc.strerror}); its records are kept in {partial_path(out)}: "
             "free space (or fix the folder) and rerun to finish"
         ) from None
-    partial_path(out).unlink(missing_ok=True)
+    if not keep_partial:
+        partial_path(out).unlink(missing_ok=True)
 
 
 def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:

@@ -30,11 +30,11 @@ from bastion.calibration.store import (
 from bastion.data import registry as datasets
 from bastion.data.prompts import PromptBuilder
 from bastion.defaults import EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS, METHODS, N_MAX, N_MIN, TOPK
-from bastion.engines.factory import Engine, resolve_engine
+from bastion.engines.factory import resolve_engine
 from bastion.models import registry as models
-from bastion.models.eagle3 import Eagle3Drafter
 from bastion.progress import bar
 from bastion.runs.checks import UsageError, check_positions, load_histories, parse_methods
+from bastion.runs.session import Session
 from bastion.results import records
 from bastion.speculative.methods import Eagle3Policy, method_spec
 from bastion.speculative.tree import TreePolicy
@@ -84,6 +84,7 @@ class DecodeRun:
     eagle3_total_tokens: int = EAGLE3_TOTAL_TOKENS
     history_from: str | None = None  # AR's records: turn-k prompts carry its answers to turns 1..k-1
     accept_calibration_error: bool = False  # keep a calibration that fails the held-out error gate
+    keep_partial: bool = False  # keep <output>.partial after the output is written (a cell job resumes from it)
 
     def validate(self) -> None:
         """Settings checks that need no model, data or device."""
@@ -106,8 +107,12 @@ class DecodeRun:
         except ValueError as exc:
             raise UsageError(f"--eagle3-depth/--eagle3-topk/--eagle3-total-tokens: {exc}") from None
 
-    def execute(self) -> list[dict[str, Any]]:
-        """Decode every prompt of this rank's shard; write, resume and summarise the records."""
+    def execute(self, session: Session | None = None) -> list[dict[str, Any]]:
+        """Decode every prompt of this rank's shard; write, resume and summarise the records.
+
+        ``session``: models and engine already loaded by this process, reused where they
+        match this run's settings (:mod:`bastion.runs.session`); without one, all are loaded here.
+        """
         rank, world, local_rank = _dist()
         log = (lambda *a: None) if self.quiet or rank != 0 else (lambda *a: print(*a, file=sys.stderr, flush=True))
         self.validate()
@@ -120,7 +125,8 @@ class DecodeRun:
         if need_drafter and drafter_ref is None:
             raise UsageError("--draft-model is required for dflash/bastion unless --model is a registered pair")
         need_eagle3 = "eagle3" in methods
-        eagle3_ref = models.resolve_eagle3(self.model, self.eagle3_model) if need_eagle3 else None
+        session = session or Session(methods)
+        eagle3_ref = models.resolve_eagle3(self.model, self.eagle3_model)  # also for a later run of the session
         if need_eagle3 and eagle3_ref is None:
             raise UsageError("--eagle3-model is required for eagle3 unless --model is a registered pair")
         policy = TreePolicy(n_min=self.n_min, n_max=self.n_max, topk=self.topk, budget=self.budget)
@@ -158,30 +164,14 @@ class DecodeRun:
                 Calibration.load(cal_path, current=fp_now).check_temperature(self.temperature, cal_path)
             else:
                 check_writable(self.cache_dir, cal_path)
-        target = models.load_target(target_ref, dtype, device, self.attn_impl)
-        tokenizer = models.load_tokenizer(target_ref)
-        drafter = None
-        if need_drafter:
-            drafter = models.load_drafter(drafter_ref, dtype, device)
-            models.check_pair(target, drafter, target_ref, drafter_ref)
-            if self.block_size is not None:
-                if not 2 <= self.block_size <= drafter.config.block_size:
-                    raise UsageError(
-                        f"--block-size {self.block_size} must be in 2..{drafter.config.block_size} (the drafter's block size)"
-                    )
-                drafter.config.block_size = self.block_size
-        eagle3 = None
-        if need_eagle3:  # strict loading and the fit check (named), before any decoding
-            head = models.load_eagle3_head(eagle3_ref, target, target_ref, dtype, device)
-            try:
-                eagle3 = Eagle3Drafter.bind(head, target, self.eagle3_policy())
-            except ValueError as exc:
-                raise UsageError(f"EAGLE-3 head {eagle3_ref!r}: {exc}") from None
-        builder = PromptBuilder(tokenizer, self.enable_thinking)
+        loaded = session.models(methods, target_ref, drafter_ref, eagle3_ref, dtype, device, self.attn_impl,
+                                self.block_size, self.eagle3_policy())
+        target, drafter = loaded.target, loaded.drafter
+        builder = PromptBuilder(loaded.tokenizer, self.enable_thinking)
         # the longest prompt plus its new tokens sizes the static buffers and the calibration grid
         self._longest = builder.longest_context(prompts, self.max_new_tokens)
-        engine = Engine(self.engine, target, drafter, n_max=max(policy.n_max, policy.budget or 0),
-                        max_context=max(self._longest, self.max_new_tokens + 2048), eagle3=eagle3)
+        engine = session.engine(self.engine, loaded, n_max=max(policy.n_max, policy.budget or 0),
+                                max_context=max(self._longest, self.max_new_tokens + 2048))
 
         # 3. calibration (adaptive BASTION only): rank 0 makes it, the others wait
         cal = None
@@ -209,7 +199,7 @@ class DecodeRun:
             "dataset_arg": self.dataset, "rank": rank, "world_size": world, "temperature": self.temperature, "max_new_tokens": self.max_new_tokens,
             "block_size": settings["block_size"], "hardware": hw_key, "fingerprint": fp_now, "budget": self.budget,
             "n_min": policy.n_min, "n_max": policy.n_max,
-            "eagle3_model": eagle3_ref,
+            "eagle3_model": eagle3_ref if need_eagle3 else None,
             "eagle3_tree": [self.eagle3_depth, self.eagle3_topk, self.eagle3_total_tokens] if need_eagle3 else None,
             "calibration": None if cal is None else {"params": cal.cost_model.to_dict()["params"], "t_draft": cal.overheads.t_draft, "t_other": cal.overheads.t_other},
         }
@@ -242,7 +232,7 @@ class DecodeRun:
             all_recs = [r for chunk in gathered for r in chunk]
         if rank == 0:
             if out_path:
-                records.finalise(out_path, all_recs)
+                records.finalise(out_path, all_recs, keep_partial=self.keep_partial)
             if not self.quiet:
                 print(records.format_summary(records.summarise(all_recs, methods), settings["block_size"] or 1))
         if world > 1:

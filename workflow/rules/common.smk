@@ -16,6 +16,7 @@ from snakemake.utils import validate
 
 import bastion.data.registry as bds
 from bastion.defaults import ABLATION_PREFIX, BASELINE, MULTI_TURN_DATASETS, N_MAX, N_MIN, TOPK, ablation_method, temperature_dir
+from bastion.defaults import EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS
 from bastion.defaults import METHODS as ALL_METHODS
 
 REPO = Path(workflow.basedir).resolve()
@@ -56,11 +57,19 @@ def _check_config():
             )
     if exp.get("n_min", N_MIN) > exp.get("n_max", N_MAX):
         raise ConfigError(f"config keys `{where}.n_min`/`n_max`: n_min {exp['n_min']} > n_max {exp['n_max']}")
+    if exp.get("decode_jobs", "method") == "cell" and int(config["shards"]) > 1:
+        raise ConfigError(
+            f"config keys `{where}.decode_jobs: cell` and `shards: {config['shards']}` do not combine (a cell job "
+            "decodes all methods in one process, unsplit); set `shards: 1` or `decode_jobs: method`"
+        )
     return exp
 
 
 EXP = _check_config()
 EXPERIMENT = config["experiment"]
+# `method`: one decode job per (hardware, model, dataset, temperature, method); `cell`: one
+# per (hardware, model, dataset, temperature) that decodes all its methods in one process
+DECODE_JOBS = EXP.get("decode_jobs", "method")
 
 
 def _detect_hardware():
@@ -206,13 +215,17 @@ def calibration_class(temperature):
     return "_sampled" if float(temperature) > 0 else ""
 
 
-def decode_inputs(wildcards):
-    inputs = {
+def cell_inputs(wildcards):
+    return {
         "data": f"results/datasets/{wildcards.dataset}.jsonl",
         "model": f"results/models/{wildcards.model}.json",
         # every decode job waits for its pair's calibration (of its temperature class), which also checked the device
         "calibration": f"results/{wildcards.hardware}/{wildcards.model}/calibration{calibration_class(wildcards.temperature)}.json",
     }
+
+
+def decode_inputs(wildcards):
+    inputs = cell_inputs(wildcards)
     if wildcards.dataset in MULTI_TURN_DATASETS and wildcards.method != BASELINE:
         # one history for all methods: turn k of every method carries AR's answers to turns 1..k-1
         inputs["history"] = decode_output(wildcards.hardware, wildcards.model, wildcards.dataset,
@@ -220,14 +233,14 @@ def decode_inputs(wildcards):
     return inputs
 
 
-def decode_params(wildcards):
-    """All knobs of a decode job, in one place so the sharded and plain rules agree."""
-    method, _, budget = wildcards.method.partition("-b")
-    return {
-        "method": method,
+def method_knobs(dataset, temperature, method):
+    """All knobs of one method's decoding, in one place so the sharded, plain and cell rules agree."""
+    name, _, budget = method.partition("-b")
+    knobs = {
+        "method": name,
         "budget": int(budget) if budget else None,
-        "temperature": float(wildcards.temperature),
-        "max_samples": EXP["datasets"][wildcards.dataset].get("max_samples"),
+        "temperature": float(temperature),
+        "max_samples": EXP["datasets"][dataset].get("max_samples"),
         "max_new_tokens": EXP["max_new_tokens"],
         "n_min": EXP.get("n_min", N_MIN),
         "n_max": EXP.get("n_max", N_MAX),
@@ -239,4 +252,30 @@ def decode_params(wildcards):
         "engine": config["engine"],
         "seed": config["seed"],
         "pattern": HW_PATTERN,
+    }
+    if name == "eagle3":  # only EAGLE-3's jobs rerun when its tree changes
+        knobs["eagle3_tree"] = {
+            "eagle3_depth": EXP.get("eagle3_depth", EAGLE3_DEPTH),
+            "eagle3_topk": EXP.get("eagle3_topk", EAGLE3_TOPK),
+            "eagle3_total_tokens": EXP.get("eagle3_total_tokens", EAGLE3_TOTAL_TOKENS),
+        }
+    return knobs
+
+
+def decode_params(wildcards):
+    return method_knobs(wildcards.dataset, wildcards.temperature, wildcards.method)
+
+
+def decode_cell_params(wildcards):
+    """Method -> its knobs, output and history file (AR's output, on multi-turn sets), AR first."""
+    cell = (wildcards.hardware, wildcards.model, wildcards.dataset, wildcards.temperature)
+    multi_turn = wildcards.dataset in MULTI_TURN_DATASETS
+    return {
+        m: {
+            **method_knobs(wildcards.dataset, wildcards.temperature, m),
+            "output": decode_output(*cell, m),
+            # AR runs first in the cell and writes the histories of the others' later turns
+            "history": decode_output(*cell, BASELINE) if multi_turn and m != BASELINE else None,
+        }
+        for m in METHODS
     }

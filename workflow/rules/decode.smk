@@ -1,10 +1,38 @@
-# Decoding: one job per (hardware, model, dataset, temperature, method), optionally sharded.
+# Decoding: one job per (hardware, model, dataset, temperature, method), optionally sharded,
+# or with `decode_jobs: cell` one job per (hardware, model, dataset, temperature) that
+# decodes every method in one process (models and engine loaded once) into the same files.
 # Jobs append finished prompts to <output>.partial and resume from it after a kill.
 
 
 SHARDS = int(config["shards"])
 
-if SHARDS == 1:
+if DECODE_JOBS == "cell":
+
+    rule decode_cell:
+        input:
+            unpack(cell_inputs),
+        output:
+            expand(
+                "results/{{hardware}}/{{model}}/{{dataset}}/t{{temperature}}/{method}.jsonl",
+                method=METHODS,
+            ),
+        params:
+            knobs=decode_cell_params,
+            software=SOFTWARE,
+            code=CODE_DECODE,
+        threads: 1
+        resources:
+            **gpu_resources(),
+        log:
+            "logs/decode_cell/{hardware}/{model}/{dataset}/t{temperature}.log",
+        benchmark:
+            "logs/benchmarks/decode_cell/{hardware}/{model}/{dataset}/t{temperature}.tsv"
+        conda:
+            "../../envs/bastion.yaml"
+        script:
+            "../scripts/decode_cell.py"
+
+elif SHARDS == 1:
 
     rule decode:
         input:

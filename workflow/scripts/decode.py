@@ -23,5 +23,5 @@ with job_log(snakemake.log[0]), pinned(k["device"]):
         data_seed=k["seed"], calibration=snakemake.input.calibration, hardware=snakemake.wildcards.hardware,
         output=snakemake.output[0], model_name=snakemake.wildcards.model, dataset_name=snakemake.wildcards.dataset,
         shard=parse_shard(snakemake.params.shard or None), eagle3_model=models.get("eagle3"),
-        history_from=snakemake.input.get("history"),
+        history_from=snakemake.input.get("history"), **k.get("eagle3_tree", {}),
     ).execute()

@@ -1,0 +1,97 @@
+"""Runs that share a session load the models and the engine once and write the records of runs alone.
+
+The pipeline's ``decode_cell`` jobs (:func:`bastion.runs.cell.decode_cell`) decode every
+method of a cell this way; their files must equal the per-method jobs' files, run keys
+included, and a killed cell must resume every method from its own partial file.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from bastion.runs.cell import decode_cell
+from bastion.runs.run import DecodeRun
+from bastion.runs.session import Session
+
+METHODS = ("ar", "eagle3", "dflash", "bastion")
+PROMPTS = [{"turns": ["def add(a, b):\n    return", "    # and now subtract\n"]}, {"turns": ["import os\n"]}]
+TIMES = {"prefill_seconds", "decode_seconds", "t_draft", "t_tree", "t_verify", "t_accept", "t_commit"}
+
+
+@pytest.fixture()
+def data(tmp_path):
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("".join(json.dumps(p) + "\n" for p in PROMPTS))
+    return path
+
+
+def _runs(data, folder, history=False, engine="static"):
+    """One run per method, as a cell job makes them: bastion at a fixed budget (no calibration)."""
+    return [DecodeRun(model="tiny", dataset=str(data), methods=(m,), max_new_tokens=8, device="cpu", dtype="float32",
+                      engine=engine, quiet=True, output=str(folder / f"{m}.jsonl"), budget=16 if m == "bastion" else None,
+                      history_from=str(folder / "ar.jsonl") if history and m != "ar" else None)
+            for m in METHODS]
+
+
+def _content(path):
+    """A record file without its timings (which differ run to run)."""
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMES} for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("engine", ["static", "eager"])
+def test_a_session_loads_once_and_writes_the_records_of_runs_alone(data, tmp_path, engine):
+    out = tmp_path / "out"
+    for run in _runs(data, out, engine=engine):  # each run alone, as the per-method jobs do
+        run.execute()
+    alone = {m: _content(out / f"{m}.jsonl") for m in METHODS}
+    shutil.rmtree(out)
+    session = Session(METHODS)
+    for run in _runs(data, out, engine=engine):
+        run.execute(session)
+    kinds = [key[0] for key in session.loaded]
+    # one target, tokenizer, drafter, EAGLE-3 head and engine for all four runs
+    assert sorted(kinds) == sorted(["target", "tokenizer", "drafter", "eagle3_head", "eagle3", "engine"]), session.loaded
+    for m in METHODS:
+        shared = _content(out / f"{m}.jsonl")
+        assert shared == alone[m], m  # same tokens, steps, trees and run key
+        assert len({r["run_key"] for r in shared}) == 1
+    assert not list(out.glob("*.partial"))
+
+
+def test_a_cell_takes_ar_histories_and_resumes_each_method(data, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "cell"
+    for run in _runs(data, out, history=True):  # per-method: AR first, the others read its records
+        run.execute()
+    alone = {m: _content(out / f"{m}.jsonl") for m in METHODS}
+    shutil.rmtree(out)
+
+    # a cell killed in dflash's second prompt: AR and EAGLE-3 are done, dflash half
+    real = DecodeRun._decode_prompt
+
+    def dies(self, idx, *args, **kw):
+        if self.methods == ("dflash",) and idx == 1:
+            raise KeyboardInterrupt
+        return real(self, idx, *args, **kw)
+
+    monkeypatch.setattr(DecodeRun, "_decode_prompt", dies)
+    with pytest.raises(KeyboardInterrupt):
+        decode_cell(_runs(data, out, history=True))
+    assert (out / "ar.jsonl.partial").exists() and (out / "dflash.jsonl.partial").exists()
+    monkeypatch.setattr(DecodeRun, "_decode_prompt", real)
+    for path in out.glob("*.jsonl"):  # Snakemake deletes the outputs of a failed job
+        path.unlink()
+    runs = _runs(data, out, history=True)
+    for run in runs:
+        run.quiet = False
+    capsys.readouterr()
+    session = decode_cell(runs)
+    err = capsys.readouterr().err
+    assert err.count("[resume] 2 of 2 prompts already done") == 2  # AR and EAGLE-3 come from their records
+    assert "[resume] 1 of 2 prompts already done" in err  # dflash resumes after its first prompt
+    assert [key[0] for key in session.loaded].count("engine") == 1
+    for m in METHODS:
+        assert _content(out / f"{m}.jsonl") == alone[m], m
+    assert not list(out.glob("*.partial"))  # gone once the whole cell is written

@@ -1,0 +1,68 @@
+"""How decoding is split into jobs (`decode_jobs`), from Snakemake's own dry runs (no job runs).
+
+- `tiny` (`decode_jobs: cell`): one `decode_cell` job per (hardware, model, dataset,
+  temperature) writes every method's file; no per-method `decode` job.
+- `paper` (`decode_jobs: method`): one `decode` job per method, cached and rerun alone.
+- `cell` with `shards` > 1 is refused before any job, naming both keys and the fix.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.support.pipeline_support import copy_checkout, planned, smk
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    return copy_checkout(tmp_path_factory.mktemp("decode-jobs"))
+
+
+def test_tiny_plans_one_cell_job_per_dataset(work):
+    plan = planned(work, "--", "figures/speedup_table.pdf")
+    assert plan.get("decode_cell") == 2 and "decode" not in plan  # 2 datasets x 1 temperature, 7 methods each
+
+
+def test_paper_keeps_one_job_per_method(work):
+    plan = planned(work, "--config", "experiment=paper", "hardware=h200")
+    assert plan.get("decode") == 3 * 8 * 2 * 10 and "decode_cell" not in plan
+
+
+def test_cell_and_shards_are_refused_before_any_job(work):
+    res = smk(work, "-n", "--config", "shards=2", check=False)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    line = next(ln for ln in out.splitlines() if "do not combine" in ln)
+    assert "experiments.tiny.decode_jobs: cell" in line and "shards: 2" in line
+    assert "set `shards: 1` or `decode_jobs: method`" in line
+
+
+def test_a_multi_turn_cell_writes_all_methods_without_waiting_for_ar(work, tmp_path):
+    """mt-bench in a cell: AR runs first inside the job, so the job reads no AR file."""
+    overlay = tmp_path / "cell.yaml"
+    overlay.write_text("experiments:\n  paper:\n    decode_jobs: cell\n")
+    cell = "results/h200/qwen3-8b/mt-bench/t0"
+    res = smk(work, "-n", "--configfile", "config.yaml", str(overlay), "--config", "experiment=paper", "hardware=h200",
+              "--", f"{cell}/dflash.jsonl", timeout=300)
+    out = res.stdout + res.stderr
+    block = next(b for b in re.split(r"\n(?=rule )", out) if b.startswith("rule decode_cell:"))
+    inputs = re.search(r"\n\s+input: (.*)", block).group(1)
+    outputs = {x.strip() for x in re.search(r"\n\s+output: (.*)", block).group(1).split(",")}
+    assert "ar.jsonl" not in inputs and "results/h200/qwen3-8b/calibration.json" in inputs
+    methods = ["ar", "eagle3", "dflash", "bastion"] + [f"bastion-b{b}" for b in (32, 64, 128, 256, 512, 1024)]
+    assert outputs == {f"{cell}/{m}.jsonl" for m in methods}
+    assert re.search(r"decode_cell\s+1\b", out) and not re.search(r"^\s*decode\s+\d", out, re.M)
+
+
+def test_eagle3_tree_keys_are_validated(work, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("experiments:\n  tiny:\n    eagle3_topk: 0\n")
+    res = smk(work, "-n", "--configfile", "config.yaml", str(bad), check=False)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and "['tiny']['eagle3_topk']" in out and "0 is less than the minimum of 1" in out
+    bad.write_text("experiments:\n  tiny:\n    decode_jobs: process\n")
+    res = smk(work, "-n", "--configfile", "config.yaml", str(bad), check=False)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and "decode_jobs" in out and "'process' is not one of" in out
