@@ -154,8 +154,8 @@ def section_calib(rep, target, engine, grid_name, out, context=0):
     cost, report = fit_probe(rows, shape, measure_peaks(target.device, target.dtype), grid.holdout_every)
     (out / "static_calibration_points.json").write_text(json.dumps(rows))
     rep.add("calib", {"grid": grid_name, "points": len(rows), "seconds": round(time.perf_counter() - t0, 1),
-                      "params": cost.to_dict()["params"], **{k: round(v, 4) if isinstance(v, float) else v
-                                                               for k, v in report.items()}})
+                      **cost.to_dict(),  # the fit's own peaks (measured again here) and its parameters
+                      **{k: round(v, 4) if isinstance(v, float) else v for k, v in report.items()}})
     for c in grid.c_values:  # held-out error per context length: long contexts must not be extrapolated
         held = [r for r in rows if r["c"] == c and r["heldout"]]
         errs = [abs(r["predicted_s"] - r["latency_s"]) / r["latency_s"] for r in held]

@@ -11,7 +11,7 @@ import torch
 
 from bastion.calibration.peaks import median_time
 from bastion.calibration.store import CalibrationError
-from bastion.costmodel.model import ape, fit_cost_model
+from bastion.costmodel.fit import ape, fit_cost_model
 from bastion.costmodel.roofline import HardwarePeaks, ModelShape
 from bastion.engines.base import VerifyProbe
 from bastion.progress import bar

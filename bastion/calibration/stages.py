@@ -21,7 +21,7 @@ from bastion.calibration.calibrate import overhead_policy, probe_prompt
 from bastion.calibration.grid import MAX_HELDOUT_MAPE, Grid, gated_fit, probe_grid
 from bastion.calibration.overheads import profile_overheads
 from bastion.calibration.peaks import measure_peaks
-from bastion.calibration.store import Calibration, write_json_atomic
+from bastion.calibration.store import Calibration, CalibrationError, write_json_atomic
 from bastion.costmodel.model import CostModel
 from bastion.costmodel.roofline import HardwarePeaks, ModelShape
 from bastion.data.formats import read_jsonl
@@ -94,6 +94,10 @@ def profile_constants(out: str, model_name: str, model_json: str, latency_json: 
                       engine: str, n_min: int, seed: int = 0) -> Calibration:
     """Measure T_draft and T_other (sampling at the latency grid's temperature) and write the calibration file."""
     lat = read_json(latency_json)
+    try:  # before loading anything: a latency file of an older cost model cannot be completed
+        cost = CostModel.from_dict(lat["cost_model"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CalibrationError(f"{latency_json}: {exc}; delete it and rerun the calibrate_latency rule") from None
     dev, dt, fp_now, paths, target = _load_target(lat["fingerprint"], latency_json, model_json, device, dtype,
                                                   attn_impl, engine)
     drafter = models.load_drafter(paths["drafter"], dt, dev)
@@ -106,7 +110,7 @@ def profile_constants(out: str, model_name: str, model_json: str, latency_json: 
     cal = Calibration(
         model=model_name,
         fingerprint=fp_now,
-        cost_model=CostModel.from_dict(lat["cost_model"]),
+        cost_model=cost,
         overheads=overheads,
         report=lat["report"],
         grid=lat["grid"],

@@ -17,7 +17,7 @@ from typing import Any
 from bastion.calibration import fingerprint as fp
 from bastion.costmodel.model import CostModel, StepOverheads
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the cost model with attention terms (format 1: the max of two lines, refused)
 REQUIRED_KEYS = ("format_version", "model", "fingerprint", "cost_model", "overheads", "report", "grid", "points")
 
 
@@ -78,6 +78,10 @@ class Calibration:
         missing = [k for k in REQUIRED_KEYS if k not in d]
         if missing:
             raise CalibrationError(f"{where} lacks the key(s) {', '.join(missing)}; {fix}")
+        if d["format_version"] == 1:
+            raise CalibrationError(
+                f"{where} has format 1: its cost model is the old max of two lines, without the attention terms "
+                f"that long contexts need, and its parameters mean other roofline times; {fix} to refit it")
         if d["format_version"] != FORMAT_VERSION:
             raise CalibrationError(f"{where} has format {d['format_version']}, not {FORMAT_VERSION}; {fix}")
         try:

@@ -1,1 +1,1 @@
-"""The verification cost model: roofline shapes of a decoder-only transformer and the calibrated max-of-two-lines fit."""
+"""The verification cost model: roofline terms of a decoder-only transformer, the calibrated model (the layers' max of two lines plus attention over the cache) and its fit."""

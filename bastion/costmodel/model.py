@@ -3,44 +3,91 @@
 ``C(s, c)`` predicts the latency of a target forward over ``s`` new (tree) tokens with
 ``c`` tokens already cached.  It starts from an analytic roofline of a decoder-only
 transformer, derived from the model's own config (so any Qwen3- or Llama-shaped model
-works, not a table of three), and is then calibrated on the device:
+works, not a table of three), split into four times
+(:func:`~bastion.costmodel.roofline.roofline_terms`): ``T_lin`` (projection, MLP and LM
+head FLOPs at a large matmul's measured rate), ``T_stream`` (weights, activations and
+logits, the bytes that do not depend on the context, at the measured copy bandwidth),
+``T_kv`` (the KV cache and mask bytes, which grow with ``c``) and ``T_att`` (attention
+FLOPs over ``c + s`` keys at a large masked attention's measured rate).  Calibrated on the
+device:
 
-    C(s, c) = max(a_c * T_comp(s, c) + b_c,  a_m * T_mem(s, c) + b_m),   all four >= 0,
+    C(s, c) = max(a_c T_lin + b_c, a_m T_stream + b_m)                     the layers
+            + min(u_kv T_kv + u_att T_att,                                 attention, unfused
+                  max(f_kv T_kv + f_att T_att, f_peak T_att))              attention, fused
 
-where ``T_mem`` = bytes / measured bandwidth and ``T_comp`` = FLOPs / measured peak
-FLOP/s, with one measured peak per kind of kernel: the projections and the LM head at
-the rate of a large matrix multiply, attention at the rate of a large masked attention
-(a tree mask keeps attention off the flash kernels, and on an H200 the masked kernel
-runs at about a third of the matmul rate; with one rate for both, the fit under-predicts
-trees of thousands of tokens, where attention is a third of the work).  The slopes
-absorb how far the kernels sit from these ceilings; the intercepts absorb launch
-overhead, which dominates eager decoding on large GPUs.  Non-negative
-coefficients make ``C`` non-decreasing in ``s``, which the tree rule relies on.
+with all nine coefficients >= 0.  The first part is the usual roofline of the weight
+matmuls: streaming the weights bounds small trees, their FLOPs bound large ones; the
+intercepts absorb launch overhead, which dominates eager decoding on large GPUs.  The
+second part is attention over the cache, the cheaper of the two ways engines run it.
+With few query rows they run it as two batched multiplies over materialised scores,
+which read the cache (``u_kv``) and move scores in proportion to the attention work
+(``u_att``).  A fused kernel gives each tile of query rows one pass over all ``c`` keys:
+with few rows the GPU is under-filled and the time is one such pass, growing only
+slowly with the rows (``f_kv``, ``f_att``), until there are enough tiles to reach its
+throughput (``f_peak``).  One max-of-two-lines over the whole forward fitted 64-2,048
+contexts to 4 % but missed 16k and 32k by 25 % (docs/performance.md, run P): attention
+over a long cache costs far more per key, and bends differently in ``s``, than the
+roofline's one bandwidth and one FLOP rate allow.
+
+Non-negative coefficients make ``C`` non-decreasing in ``s`` and in ``c`` (every term
+is, and max, min and sums keep it), which the tree rule relies on.  Every term is a
+polynomial in ``s`` with ``c`` entering linearly, so :meth:`CostModel.curve` evaluates all
+tree sizes at one context in a handful of fused tensor ops, inside captured graphs.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 import numpy as np
 import torch
 
-from bastion.costmodel.roofline import HardwarePeaks, ModelShape, compute_seconds
+from bastion.costmodel.roofline import HardwarePeaks, ModelShape, RooflineTerms, roofline_terms
 
 
 @dataclass(frozen=True)
 class CostParams:
-    a_c: float
+    a_c: float  # layers: matmul FLOPs slope and intercept
     b_c: float
-    a_m: float
+    a_m: float  # layers: weight-streaming slope and intercept
     b_m: float
+    u_kv: float = 0.0  # unfused attention: cache bytes
+    u_att: float = 0.0  # unfused attention: attention FLOPs (materialised scores)
+    f_kv: float = 0.0  # fused attention, under-filled: one pass over the cache ...
+    f_att: float = 0.0  # ... growing with the work
+    f_peak: float = 0.0  # fused attention at its throughput
 
     def __post_init__(self) -> None:
         for k, v in asdict(self).items():
             if not (v >= 0 and math.isfinite(v)):
                 raise ValueError(f"cost parameter {k} must be finite and >= 0, got {v}")
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    def __iter__(self):
+        return iter(getattr(self, k) for k in self.names())
+
+
+def combine(p, t: RooflineTerms, *, layers=None):
+    """``C`` from the roofline terms (numpy arrays or tensors).
+
+    ``p``: a :class:`CostParams` or its nine values in order (the fit passes arrays);
+    ``layers``: the layers' part, when it is precomputed.
+    """
+    a_c, b_c, a_m, b_m, u_kv, u_att, f_kv, f_att, f_peak = p
+    xp = torch if isinstance(t.kv, torch.Tensor) else np
+    if layers is None:
+        layers = xp.maximum(a_c * t.lin + b_c, a_m * t.stream + b_m)
+    unfused = u_kv * t.kv + u_att * t.att
+    fused = xp.maximum(f_kv * t.kv + f_att * t.att, f_peak * t.att)
+    return layers + xp.minimum(unfused, fused)
+
+
+OLD_FORM = ("a_c", "b_c", "a_m", "b_m")  # calibration files before the attention terms (format 1)
 
 
 class CostModel:
@@ -50,15 +97,13 @@ class CostModel:
         self.shape, self.peaks, self.params = shape, peaks, params
         self._curve_cache: dict[tuple[int, str], tuple[torch.Tensor, ...]] = {}
 
-    def terms(self, s, c) -> tuple[np.ndarray, np.ndarray]:
+    def terms(self, s, c) -> RooflineTerms:
         s = np.asarray(s, dtype=np.float64)
         c = np.asarray(c, dtype=np.float64)
-        return compute_seconds(self.shape, self.peaks, s, c), self.shape.bytes(s, c) / self.peaks.bytes_per_s
+        return roofline_terms(self.shape, self.peaks, s, c)
 
     def predict(self, s, c) -> np.ndarray:
-        t_comp, t_mem = self.terms(s, c)
-        p = self.params
-        return np.maximum(p.a_c * t_comp + p.b_c, p.a_m * t_mem + p.b_m)
+        return combine(self.params, self.terms(s, c))
 
     def curve(self, c: int, n_max: int, device: torch.device | str = "cpu") -> torch.Tensor:
         """C(n, c) for n = 0..n_max+1 as a float64 tensor on ``device`` (index n).
@@ -66,26 +111,24 @@ class CostModel:
         fp64 as in the original release: the budget rule compares C(n+1) - C(n), a small
         difference of two large numbers, which fp32 rounding can flip.
 
-        Both roofline terms are polynomials in s with c entering linearly, so the parts
-        that do not depend on c are precomputed once and each step costs two fused ops.
+        ``c`` may be an int or a 0-d tensor on ``device`` (the static engine passes its
+        committed length, inside a captured graph).  The layers' part does not depend on
+        ``c`` and the attention terms are linear in it, so both are precomputed once per
+        (n_max, device) and each step costs a few fused ops with no host transfer.
         """
         key = (n_max, str(device))
         if key not in self._curve_cache:
             s = np.arange(n_max + 2, dtype=np.float64)
-            p, pk = self.params, self.peaks
-            comp0 = compute_seconds(self.shape, pk, s, 0.0)  # [n]
-            comp1 = compute_seconds(self.shape, pk, s, 1.0) - comp0  # per unit of c
-            mem0 = self.shape.bytes(s, 0.0) / pk.bytes_per_s
-            mem1 = (self.shape.bytes(s, 1.0) / pk.bytes_per_s) - mem0
+            t0 = roofline_terms(self.shape, self.peaks, s, 0.0)
+            t1 = roofline_terms(self.shape, self.peaks, s, 1.0)
             as_t = lambda a: torch.tensor(a, dtype=torch.float64, device=device)  # noqa: E731
-            self._curve_cache[key] = (
-                as_t(p.a_c * comp0 + p.b_c),
-                as_t(p.a_c * comp1),
-                as_t(p.a_m * mem0 + p.b_m),
-                as_t(p.a_m * mem1),
-            )
-        c0, c1, m0, m1 = self._curve_cache[key]
-        out = torch.maximum(c0 + c1 * c, m0 + m1 * c)
+            p = self.params
+            layers = np.maximum(p.a_c * t0.lin + p.b_c, p.a_m * t0.stream + p.b_m)
+            self._curve_cache[key] = (as_t(layers), as_t(t0.kv), as_t(t1.kv - t0.kv), as_t(t0.att),
+                                      as_t(t1.att - t0.att))
+        layers, kv0, kv1, att0, att1 = self._curve_cache[key]
+        t = RooflineTerms(lin=None, stream=None, kv=kv0 + kv1 * c, att=att0 + att1 * c)
+        out = combine(self.params, t, layers=layers)
         out[:1].fill_(0.0)  # fill_: no host-to-device copy, so a CUDA graph can capture it
         return out
 
@@ -94,97 +137,14 @@ class CostModel:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "CostModel":
-        return cls(ModelShape(**data["shape"]), HardwarePeaks(**data["peaks"]), CostParams(**data["params"]))
-
-
-def default_weights(s: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Relative-error weights, with larger trees down-weighted by sqrt(s).
-
-    Relative error because latencies span an order of magnitude; the sqrt(s) factor
-    because the rule mostly evaluates C at small and medium trees, where the fit
-    should be best.
-    """
-    s = np.asarray(s, dtype=np.float64)
-    return 1.0 / (np.asarray(y, dtype=np.float64) ** 2 * np.sqrt(s / s.min()))
-
-
-def _wnnls(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float]:
-    """Weighted non-negative least squares of y ~ a * x + b."""
-    from scipy.optimize import nnls
-
-    sw = np.sqrt(w)
-    a_mat = np.stack([x * sw, sw], axis=1)
-    coef, _ = nnls(a_mat, y * sw)
-    return float(coef[0]), float(coef[1])
-
-
-def fit_params(
-    t_comp: np.ndarray,
-    t_mem: np.ndarray,
-    y: np.ndarray,
-    weights: np.ndarray,
-) -> CostParams:
-    """Fit the max-of-two-lines model by weighted least squares with all parameters >= 0.
-
-    The objective is not convex, so we search the branch assignment first: points are
-    ordered by how compute-heavy they are (T_comp / T_mem) and every split point is
-    tried, each side fitted by NNLS; the best split seeds a bounded least-squares
-    polish of the true max objective.
-    """
-    from scipy.optimize import least_squares
-
-    t_comp, t_mem, y, w = (np.asarray(a, dtype=np.float64) for a in (t_comp, t_mem, y, weights))
-    order = np.argsort(t_comp / t_mem)
-    sw = np.sqrt(w)
-
-    def loss(p: np.ndarray) -> float:
-        pred = np.maximum(p[0] * t_comp + p[1], p[2] * t_mem + p[3])
-        return float(np.sum(w * (pred - y) ** 2))
-
-    best, best_loss = None, math.inf
-    n = len(y)
-    for k in range(n + 1):  # points order[k:] are assigned to the compute branch
-        mem_idx, comp_idx = order[:k], order[k:]
-        a_m, b_m = _wnnls(t_mem[mem_idx], y[mem_idx], w[mem_idx]) if k >= 2 else (0.0, 0.0)
-        a_c, b_c = _wnnls(t_comp[comp_idx], y[comp_idx], w[comp_idx]) if n - k >= 2 else (0.0, 0.0)
-        cand = np.array([a_c, b_c, a_m, b_m])
-        cand_loss = loss(cand)
-        if cand_loss < best_loss:
-            best, best_loss = cand, cand_loss
-
-    def residuals(p: np.ndarray) -> np.ndarray:
-        return sw * (np.maximum(p[0] * t_comp + p[1], p[2] * t_mem + p[3]) - y)
-
-    scale = np.maximum(np.abs(best), 1e-12)
-    res = least_squares(residuals, best, bounds=(0.0, np.inf), x_scale=scale, method="trf")
-    final = res.x if loss(res.x) <= best_loss else best
-    return CostParams(*(float(max(v, 0.0)) for v in final))
-
-
-def fit_cost_model(
-    shape: ModelShape,
-    peaks: HardwarePeaks,
-    s: Sequence[float],
-    c: Sequence[float],
-    latency_s: Sequence[float],
-    weights: Sequence[float] | None = None,
-) -> CostModel:
-    """Calibrate ``C`` on measured verification latencies at grid points (s, c)."""
-    s_arr, c_arr, y = (np.asarray(a, dtype=np.float64) for a in (s, c, latency_s))
-    if len(y) < 4:
-        raise ValueError(f"need at least 4 latency measurements to fit 4 parameters, got {len(y)}")
-    if np.any(y <= 0):
-        raise ValueError("latencies must be positive")
-    w = default_weights(s_arr, y) if weights is None else np.asarray(weights, dtype=np.float64)
-    t_comp = compute_seconds(shape, peaks, s_arr, c_arr)
-    t_mem = shape.bytes(s_arr, c_arr) / peaks.bytes_per_s
-    return CostModel(shape, peaks, fit_params(t_comp, t_mem, y, w))
-
-
-def ape(model: CostModel, s, c, latency_s) -> np.ndarray:
-    """Absolute percentage errors of the model's predictions, as fractions."""
-    y = np.asarray(latency_s, dtype=np.float64)
-    return np.abs(model.predict(s, c) - y) / y
+        params = data["params"]
+        if set(params) == set(OLD_FORM):
+            raise ValueError("the cost model has the old max-of-two-lines form (a_c, b_c, a_m, b_m), without the "
+                             "attention terms; recalibrate")
+        missing = [k for k in CostParams.names() if k not in params]
+        if missing:
+            raise ValueError(f"the cost model lacks the parameter(s) {', '.join(missing)}")
+        return cls(ModelShape(**data["shape"]), HardwarePeaks(**data["peaks"]), CostParams(**params))
 
 
 @dataclass(frozen=True)

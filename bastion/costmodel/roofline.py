@@ -3,14 +3,15 @@
 FLOPs and bytes of a decoder-only transformer verifying ``s`` new tokens over ``c``
 cached ones (any Qwen3- or Llama-shaped config: layers, widths, heads, vocabulary, tied
 embeddings, dtype), and the device ceilings they are divided by.  The calibrated model
-in :mod:`bastion.costmodel.model` scales these two times.
+in :mod:`bastion.costmodel.model` scales the four times of :func:`roofline_terms`: matmul
+FLOPs, context-free bytes, context bytes (the KV cache) and attention FLOPs.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 SUPPORTED_FAMILIES = ("qwen3", "llama")
 
@@ -80,23 +81,29 @@ class ModelShape:
         return self.num_layers * 4.0 * s * (c + s) * self.num_heads * self.head_dim
 
     def bytes(self, s, c):
-        """Bytes moved through device memory by the same forward.
+        """Bytes moved through device memory by the same forward: :meth:`stream_bytes` + :meth:`cache_bytes`."""
+        return self.stream_bytes(s) + self.cache_bytes(s, c)
 
-        Weights once; the KV cache read for ``c + s`` keys and written for ``s``; every
-        projection's input and output once per token; the boolean mask; the logits.
+    def stream_bytes(self, s):
+        """The bytes that do not depend on the context.
+
+        Weights once; every projection's input and output once per token; the logits.
         Tied embeddings are read once as the LM head (the lookup reads only ``s`` rows).
         """
         b = self.dtype_bytes
         h, hd, i = self.hidden, self.head_dim, self.intermediate
         weights = b * (self.num_layers * self.layer_params + self.head_params)
         embed_rows = b * s * h
-        kv_row = 2 * self.num_kv_heads * hd * b  # K and V of one token in one layer
-        kv = self.num_layers * kv_row * ((c + s) + s)
         act_per_token = 4 * h + 2 * (self.num_heads + self.num_kv_heads) * hd + 3 * i
         activations = self.num_layers * b * s * act_per_token
-        mask = s * (c + s)
         logits = b * s * self.vocab
-        return weights + embed_rows + kv + activations + mask + logits
+        return weights + embed_rows + activations + logits
+
+    def cache_bytes(self, s, c):
+        """The bytes that grow with the context: the KV cache read for ``c + s`` keys and
+        written for ``s``, and the boolean mask."""
+        kv_row = 2 * self.num_kv_heads * self.head_dim * self.dtype_bytes  # K and V of one token in one layer
+        return self.num_layers * kv_row * ((c + s) + s) + s * (c + s)
 
 
 @dataclass(frozen=True)
@@ -113,7 +120,21 @@ class HardwarePeaks:
                 raise ValueError(f"hardware peak {k} must be finite and > 0, got {v}")
 
 
-def compute_seconds(shape: ModelShape, peaks: HardwarePeaks, s, c):
-    """``T_comp``: the projections at the matmul rate plus attention at the attention rate."""
+class RooflineTerms(NamedTuple):
+    """The four roofline times (seconds) the calibrated model scales; arrays broadcast over (s, c)."""
+
+    lin: Any  # projections, MLP and LM head FLOPs at the matmul rate
+    stream: Any  # context-free bytes (weights, activations, logits) at the copy bandwidth
+    kv: Any  # context bytes (K/V cache read and written, mask) at the copy bandwidth
+    att: Any  # attention FLOPs over c + s keys at the masked-attention rate
+
+
+def roofline_terms(shape: ModelShape, peaks: HardwarePeaks, s, c) -> RooflineTerms:
+    """The roofline times of one forward over ``s`` new tokens after ``c`` cached ones."""
     attention_rate = peaks.attention_flops_per_s or peaks.flops_per_s
-    return shape.linear_flops(s) / peaks.flops_per_s + shape.attention_flops(s, c) / attention_rate
+    return RooflineTerms(
+        lin=shape.linear_flops(s) / peaks.flops_per_s,
+        stream=shape.stream_bytes(s) / peaks.bytes_per_s,
+        kv=shape.cache_bytes(s, c) / peaks.bytes_per_s,
+        att=shape.attention_flops(s, c) / attention_rate,
+    )

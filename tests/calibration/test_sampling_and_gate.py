@@ -87,7 +87,8 @@ class FakeProbe:
 
 @pytest.fixture
 def fake_timing(monkeypatch):
-    truth = CostModel(ModelShape.from_config(tiny_target().config, 4), PEAKS, CostParams(1.0, 2e-3, 1.0, 1e-3))
+    truth = CostModel(ModelShape.from_config(tiny_target().config, 4), PEAKS,
+                      CostParams(1.0, 2e-3, 1.0, 1e-3, u_kv=3.0, u_att=2.0, f_kv=20.0, f_att=0.2, f_peak=1.0))
     rng = np.random.default_rng(0)
     state = {"level": 0.0}
 

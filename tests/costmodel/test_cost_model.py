@@ -12,14 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import GPT2Config, LlamaConfig, Qwen3Config
 
-from bastion.costmodel.model import (
-    CostModel,
-    CostParams,
-    ape,
-    fit_cost_model,
-    fit_params,
-)
-from bastion.costmodel.roofline import HardwarePeaks, ModelShape
+from bastion.costmodel.fit import ape, fit_cost_model, fit_params
+from bastion.costmodel.model import CostModel, CostParams
+from bastion.costmodel.roofline import HardwarePeaks, ModelShape, RooflineTerms, roofline_terms
 
 # ---------------------------------------------------------------------------------------
 # hand counts
@@ -73,6 +68,15 @@ def test_hand_numbers_spelled_out():
     assert shape.flops(3, 5) == 7392 + 1536
     # 2464 + 48 + 32*11 + 416*3 + 3*8 + 60 = 2464 + 48 + 352 + 1248 + 24 + 60
     assert shape.bytes(3, 5) == 4196
+
+
+def test_bytes_split_into_context_free_and_context_parts():
+    shape = ModelShape(**TINY, tied_embeddings=False)
+    for s, c in [(1, 0), (3, 5), (16, 64), (512, 2048)]:
+        # K/V of one token in one layer is 16 bytes (see _hand_bytes); 2 layers; the mask 1 byte a pair
+        assert shape.cache_bytes(s, c) == 2 * 16 * ((c + s) + s) + s * (c + s)
+        assert shape.stream_bytes(s) + shape.cache_bytes(s, c) == shape.bytes(s, c)
+    assert shape.cache_bytes(3, 5) == 352 + 24 and shape.stream_bytes(3) == 2464 + 48 + 1248 + 60
 
 
 def test_tied_embeddings_move_the_same_bytes():
@@ -162,16 +166,16 @@ PEAKS_ATT = HardwarePeaks(flops_per_s=800e12, bytes_per_s=4.2e12, attention_flop
 
 def test_attention_rate_prices_only_the_attention_flops():
     s, c = np.array([1.0, 64.0, 512.0, 8192.0]), np.array([4096.0, 64.0, 2048.0, 64.0])
-    params = CostParams(1, 0, 1, 0)
-    t_one, m_one = CostModel(QWEN3_8B, PEAKS, params).terms(s, c)
-    t_two, m_two = CostModel(QWEN3_8B, PEAKS_ATT, params).terms(s, c)
-    np.testing.assert_array_equal(m_one, m_two)  # memory time does not change
-    np.testing.assert_allclose(t_one, QWEN3_8B.flops(s, c) / 800e12, rtol=1e-12)  # no attention rate: one rate
-    extra = QWEN3_8B.attention_flops(s, c) * (1 / 200e12 - 1 / 800e12)
-    np.testing.assert_allclose(t_two - t_one, extra, rtol=1e-9)
-    # an 8192-token tree at c = 64: attention is a quarter of the FLOPs, more than half the time
+    one, two = roofline_terms(QWEN3_8B, PEAKS, s, c), roofline_terms(QWEN3_8B, PEAKS_ATT, s, c)
+    for name in ("lin", "stream", "kv"):  # nothing else changes
+        np.testing.assert_array_equal(getattr(one, name), getattr(two, name))
+    np.testing.assert_allclose(one.att, QWEN3_8B.attention_flops(s, c) / 800e12, rtol=1e-12)  # no attention rate
+    np.testing.assert_allclose(two.att, QWEN3_8B.attention_flops(s, c) / 200e12, rtol=1e-12)
+    np.testing.assert_allclose(one.lin, QWEN3_8B.linear_flops(s) / 800e12, rtol=1e-12)
+    np.testing.assert_allclose(one.stream + one.kv, QWEN3_8B.bytes(s, c) / 4.2e12, rtol=1e-12)
+    # an 8192-token tree at c = 64: attention is a quarter of the FLOPs, more than half the compute time
     share = QWEN3_8B.attention_flops(8192, 64) / QWEN3_8B.flops(8192, 64)
-    assert 0.2 < share < 0.3 and (QWEN3_8B.attention_flops(8192, 64) / 200e12) / t_two[3] > 0.5
+    assert 0.2 < share < 0.3 and two.att[3] / (two.att[3] + two.lin[3]) > 0.5
 
 
 @pytest.mark.parametrize("field", ["flops_per_s", "bytes_per_s", "attention_flops_per_s"])
@@ -190,41 +194,53 @@ def test_measured_peaks_on_the_cpu_include_masked_attention():
     assert all(v > 0 and math.isfinite(v) for v in (peaks.flops_per_s, peaks.bytes_per_s, peaks.attention_flops_per_s))
     # a masked attention never beats a plain matrix multiply by much
     assert peaks.attention_flops_per_s < 4 * peaks.flops_per_s
-S_GRID, C_GRID = (a.ravel().astype(float) for a in np.meshgrid(np.arange(16, 513, 16), 2 ** np.arange(6, 12)))
+# the paper grid's tree sizes at contexts 64 .. 32,768
+S_GRID, C_GRID = (a.ravel().astype(float) for a in np.meshgrid(np.arange(16, 513, 16), 2 ** np.arange(6, 16)))
 
 REGIMES = {
-    # launch/memory-bound almost everywhere; compute wins only for the largest trees
-    "memory_dominated": CostParams(a_c=3.0, b_c=1e-3, a_m=1.2, b_m=20e-3),
-    # the branches cross in the middle of the grid
-    "both_active": CostParams(a_c=1.5, b_c=1e-3, a_m=1.2, b_m=2e-3),
-    # compute-bound for most points
-    "compute_dominated": CostParams(a_c=2.0, b_c=3e-3, a_m=1.1, b_m=1e-3),
+    # no attention terms: the layers' two lines cross in the middle of the grid
+    "layers_only": CostParams(a_c=1.5, b_c=1e-3, a_m=1.2, b_m=2e-3),
+    # as fitted on the H200 (docs/performance.md, run P): every branch somewhere
+    "h200_like": CostParams(0.88, 3.5e-3, 1.53, 0.0, u_kv=7.7, u_att=2.9, f_kv=25.0, f_att=0.16, f_peak=0.91),
+    # launch overhead on both lines, the unfused attention for more trees
+    "launch_bound": CostParams(2.0, 3e-3, 1.1, 5e-3, u_kv=4.0, u_att=2.0, f_kv=30.0, f_att=0.2, f_peak=1.0),
 }
 
 
-def _truth(params: CostParams, peaks: HardwarePeaks = PEAKS) -> tuple[CostModel, np.ndarray, np.ndarray]:
+def _branches(params: CostParams, t: RooflineTerms) -> dict[str, np.ndarray]:
+    p = params
+    fused_floor, fused_peak = p.f_kv * t.kv + p.f_att * t.att, p.f_peak * t.att
+    unfused = p.u_kv * t.kv + p.u_att * t.att < np.maximum(fused_floor, fused_peak)
+    return {"compute": p.a_c * t.lin + p.b_c > p.a_m * t.stream + p.b_m, "unfused": unfused,
+            "floor": ~unfused & (fused_floor >= fused_peak), "peak": ~unfused & (fused_peak > fused_floor)}
+
+
+def _truth(params: CostParams, peaks: HardwarePeaks = PEAKS) -> tuple[CostModel, np.ndarray, dict]:
     model = CostModel(QWEN3_8B, peaks, params)
-    t_comp, t_mem = model.terms(S_GRID, C_GRID)
-    compute = params.a_c * t_comp + params.b_c > params.a_m * t_mem + params.b_m
-    return model, model.predict(S_GRID, C_GRID), compute
+    return model, model.predict(S_GRID, C_GRID), _branches(params, model.terms(S_GRID, C_GRID))
 
 
-@pytest.mark.parametrize("peaks", [PEAKS, PEAKS_ATT], ids=["one_rate", "attention_rate"])
-@pytest.mark.parametrize("regime", sorted(REGIMES))
+@pytest.mark.parametrize("regime, peaks", [
+    ("layers_only", PEAKS), ("layers_only", PEAKS_ATT), ("h200_like", PEAKS_ATT), ("launch_bound", PEAKS_ATT),
+], ids=["layers_only-one_rate", "layers_only", "h200_like", "launch_bound"])
 def test_fit_recovers_parameters_noise_free(regime, peaks):
     true = REGIMES[regime]
-    _, y, compute = _truth(true, peaks)
-    assert 0.05 < compute.mean() < 0.95  # both branches are visible, so all four are identifiable
+    _, y, branch = _truth(true, peaks)
+    assert 0.05 < branch["compute"].mean() < 0.95  # both layer lines are visible
+    with_attention = true.u_kv > 0
+    if with_attention:  # and all three attention branches, so all nine are identifiable
+        assert all(branch[k].any() for k in ("unfused", "floor", "peak")), {k: v.mean() for k, v in branch.items()}
     fit = fit_cost_model(QWEN3_8B, peaks, S_GRID, C_GRID, y)
-    for name in ("a_c", "b_c", "a_m", "b_m"):
-        assert getattr(fit.params, name) == pytest.approx(getattr(true, name), rel=1e-3), name
+    for name in CostParams.names():
+        if with_attention or name in ("a_c", "b_c", "a_m", "b_m"):
+            assert getattr(fit.params, name) == pytest.approx(getattr(true, name), rel=1e-3, abs=1e-12), name
     assert ape(fit, S_GRID, C_GRID, y).max() < 1e-6
 
 
 def test_fit_pure_memory_bound_recovers_the_active_branch():
     true = CostParams(a_c=0.5, b_c=0.5e-3, a_m=3.0, b_m=25e-3)
-    _, y, compute = _truth(true)
-    assert not compute.any()
+    _, y, branch = _truth(true)
+    assert not branch["compute"].any()
     fit = fit_cost_model(QWEN3_8B, PEAKS, S_GRID, C_GRID, y)
     assert fit.params.a_m == pytest.approx(3.0, rel=1e-3)
     assert fit.params.b_m == pytest.approx(25e-3, rel=1e-3)
@@ -233,10 +249,10 @@ def test_fit_pure_memory_bound_recovers_the_active_branch():
 
 @pytest.mark.parametrize("regime", sorted(REGIMES))
 def test_fit_with_multiplicative_noise(regime):
-    _, y, _ = _truth(REGIMES[regime])
+    _, y, _ = _truth(REGIMES[regime], PEAKS_ATT)
     rng = np.random.default_rng(2024)
     noisy = y * (1.0 + 0.03 * rng.standard_normal(y.shape))
-    fit = fit_cost_model(QWEN3_8B, PEAKS, S_GRID, C_GRID, noisy)
+    fit = fit_cost_model(QWEN3_8B, PEAKS_ATT, S_GRID, C_GRID, noisy)
     assert ape(fit, S_GRID, C_GRID, noisy).mean() < 0.03
     assert ape(fit, S_GRID, C_GRID, y).mean() < 0.01  # much closer to the truth than the noise
 
@@ -245,19 +261,16 @@ def test_fit_clamps_to_non_negative():
     # latencies that fall with the tree size (slopes want to be negative) ...
     y_down = 0.05 - 2e-5 * S_GRID
     fit = fit_cost_model(QWEN3_8B, PEAKS, S_GRID, C_GRID, y_down)
-    p = fit.params
-    assert min(p.a_c, p.b_c, p.a_m, p.b_m) >= 0.0
+    assert min(fit.params) >= 0.0
     assert np.all(np.diff(fit.predict(np.arange(1, 600), 512.0)) >= 0)
     # ... and steep lines through the roofline terms with a negative intercept
-    t_comp, t_mem = CostModel(QWEN3_8B, PEAKS, CostParams(1, 0, 1, 0)).terms(S_GRID, C_GRID)
-    y_neg = np.maximum(5.0 * t_comp - 0.9 * t_comp.min(), 5.0 * t_mem - 0.9 * 5 * t_mem.min())
+    t = roofline_terms(QWEN3_8B, PEAKS, S_GRID, C_GRID)
+    y_neg = np.maximum(5.0 * t.lin - 0.9 * 5 * t.lin.min(), 5.0 * t.stream - 0.9 * 5 * t.stream.min()) + 2 * t.kv
     assert np.all(y_neg > 0)
-    p2 = fit_cost_model(QWEN3_8B, PEAKS, S_GRID, C_GRID, y_neg).params
-    assert min(p2.a_c, p2.b_c, p2.a_m, p2.b_m) >= 0.0
-    # the low-level fitter directly, with data wanting a negative intercept on both branches
+    assert min(fit_cost_model(QWEN3_8B, PEAKS, S_GRID, C_GRID, y_neg).params) >= 0.0
+    # the low-level fitter directly, with data wanting a negative intercept on every line
     x = np.linspace(1.0, 2.0, 20)
-    p3 = fit_params(x, x, 3.0 * x - 2.5, np.ones_like(x))
-    assert min(p3.a_c, p3.b_c, p3.a_m, p3.b_m) >= 0.0
+    assert min(fit_params(RooflineTerms(x, x, x, x), 3.0 * x - 2.5, np.ones_like(x))) >= 0.0
 
 
 def test_fit_input_validation():
@@ -268,9 +281,9 @@ def test_fit_input_validation():
 
 
 @pytest.mark.parametrize("bad", [-1e-9, -1.0, float("nan"), float("inf"), -float("inf")])
-@pytest.mark.parametrize("field", ["a_c", "b_c", "a_m", "b_m"])
+@pytest.mark.parametrize("field", CostParams.names())
 def test_cost_params_reject_negative_and_nan(bad, field):
-    kwargs = dict(a_c=1.0, b_c=0.0, a_m=1.0, b_m=0.0)
+    kwargs = dict.fromkeys(CostParams.names(), 1.0)
     kwargs[field] = bad
     with pytest.raises(ValueError, match=field):
         CostParams(**kwargs)
@@ -285,42 +298,60 @@ params_st = st.builds(
     b_c=st.floats(0.0, 0.1),
     a_m=st.floats(0.0, 10.0),
     b_m=st.floats(0.0, 0.1),
+    u_kv=st.floats(0.0, 50.0),
+    u_att=st.floats(0.0, 10.0),
+    f_kv=st.floats(0.0, 50.0),
+    f_att=st.floats(0.0, 10.0),
+    f_peak=st.floats(0.0, 10.0),
 )
 
 
 @settings(max_examples=100, deadline=None, derandomize=True)
-@given(params_st, st.sampled_from([0, 1, 64, 777, 4096]))
+@given(params_st, st.sampled_from([0, 1, 64, 777, 4096, 32768]))
 def test_prediction_non_decreasing_in_s(params, c):
-    model = CostModel(QWEN3_8B, PEAKS, params)
+    model = CostModel(QWEN3_8B, PEAKS_ATT, params)
     pred = model.predict(np.arange(1, 700), c)
     assert np.all(np.diff(pred) >= 0)
     assert np.all(pred >= 0)
     # and non-decreasing in the context length
-    assert np.all(model.predict(64, np.array([0, 1, 100, 5000])) == np.maximum.accumulate(
-        model.predict(64, np.array([0, 1, 100, 5000]))))
+    contexts = np.array([0, 1, 100, 5000, 40000])
+    assert np.all(np.diff(model.predict(64, contexts)) >= 0)
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
-@given(params_st, st.integers(1, 300), st.lists(st.integers(0, 8192), min_size=1, max_size=3),
+@given(params_st, st.integers(1, 300), st.lists(st.integers(0, 40000), min_size=1, max_size=3),
        st.sampled_from([PEAKS, PEAKS_ATT]))
 def test_curve_equals_predict(params, n_max, contexts, peaks):
     model = CostModel(QWEN3_8B, peaks, params)
     for c in contexts:  # repeated calls reuse the cached, c-independent parts
-        cur = model.curve(c, n_max)
-        assert cur.shape == (n_max + 2,)
-        assert str(cur.dtype) == "torch.float64"  # the budget rule needs fp64 differences
-        assert float(cur[0]) == 0.0
         expected = model.predict(np.arange(n_max + 2), c)
-        np.testing.assert_allclose(cur.numpy()[1:], expected[1:], rtol=2e-6, atol=1e-12)
-        assert np.all(np.diff(cur.numpy()) >= 0)
+        # an int, or a 0-d long tensor as the static engine passes its committed length
+        for ctx in (c, torch.tensor(c)):
+            cur = model.curve(ctx, n_max)
+            assert cur.shape == (n_max + 2,)
+            assert str(cur.dtype) == "torch.float64"  # the budget rule needs fp64 differences
+            assert float(cur[0]) == 0.0
+            np.testing.assert_allclose(cur.numpy()[1:], expected[1:], rtol=2e-6, atol=1e-12)
+            assert np.all(np.diff(cur.numpy()) >= 0)
 
 
 @pytest.mark.parametrize("peaks", [PEAKS, PEAKS_ATT], ids=["one_rate", "attention_rate"])
 def test_to_dict_round_trip(peaks):
-    model = CostModel(QWEN3_8B, peaks, CostParams(1.25, 3e-3, 0.75, 1e-2))
+    model = CostModel(QWEN3_8B, peaks, REGIMES["h200_like"])
     data = json.loads(json.dumps(model.to_dict()))
     back = CostModel.from_dict(data)
     assert back.shape == model.shape and back.peaks == model.peaks and back.params == model.params
     np.testing.assert_array_equal(back.predict(S_GRID, C_GRID), model.predict(S_GRID, C_GRID))
     assert back.to_dict() == model.to_dict()
     assert math.isfinite(back.predict(1, 0))
+
+
+def test_old_form_is_refused_with_the_fix():
+    """A cost model saved before the attention terms (four parameters) does not load as a new one."""
+    old = CostModel(QWEN3_8B, PEAKS, CostParams(1.25, 3e-3, 0.75, 1e-2)).to_dict()
+    old["params"] = {k: old["params"][k] for k in ("a_c", "b_c", "a_m", "b_m")}
+    with pytest.raises(ValueError, match="old max-of-two-lines form.*recalibrate"):
+        CostModel.from_dict(old)
+    del old["params"]["b_m"]
+    with pytest.raises(ValueError, match="lacks the parameter"):
+        CostModel.from_dict(old)

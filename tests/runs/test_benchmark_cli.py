@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from bastion import benchmark
+from bastion.costmodel.model import CostParams
 from tests.support.builders import save_pair
 
 PROMPTS = [
@@ -78,7 +79,7 @@ def test_end_to_end_schema_and_calibration_reuse(workdir, capsys):
     assert len(cal) == 1
     stamp = cal[0].stat().st_mtime_ns
     body = json.loads(cal[0].read_text())
-    assert body["fingerprint"]["device_type"] == "cpu" and set(body["cost_model"]["params"]) == {"a_c", "b_c", "a_m", "b_m"}
+    assert body["fingerprint"]["device_type"] == "cpu" and set(body["cost_model"]["params"]) == set(CostParams.names())
     # second run: the calibration is reused, not remade
     assert benchmark.main(_args(target, drafter, data, cache, root / "out1b.jsonl", ["--quiet"])) == 0
     assert "[calibrate]" not in capsys.readouterr().err
