@@ -3,7 +3,9 @@
 Each repeat decodes every prompt with each (engine, method) in turn, so a slow spell on a
 shared machine falls on all of them alike; the table gives medians over the repeats.
 Times are whole ``generate`` calls (prefill and the first draft included), so the
-numbers compare across versions that put the first draft in a different phase.
+numbers compare across versions that put the first draft in a different phase; on a CPU
+``cpu_ms_per_step`` (the process's CPU time, one thread) is steadier than the wall clock
+when other jobs share the cores.
 ``--phases`` adds, per engine, the median phase times of one more EAGLE-3 decode with
 ``collect_stats=True`` (every phase between device synchronisations).
 
@@ -70,27 +72,28 @@ def main(argv: list[str] | None = None) -> list[dict]:
     decoders = {(e, m): eng.decoder(m) for e, eng in engines.items() for m in METHODS}
     for dec in decoders.values():  # warm-up: graphs captured, caches and allocators settled
         dec.generate(prompts[0], 8)
-    runs: dict[tuple[str, str], list[tuple[float, int, int, int]]] = {key: [] for key in decoders}
+    runs: dict[tuple[str, str], list[tuple[float, int, int, int, float]]] = {key: [] for key in decoders}
     outputs: dict[tuple[str, str], list[list[int]]] = {}
     for _ in range(args.repeats):
         for key, dec in decoders.items():
-            seconds, tokens, steps, committed, outs = 0.0, 0, 0, 0, []
+            seconds, cpu, tokens, steps, committed, outs = 0.0, 0.0, 0, 0, 0, []
             for prompt in prompts:
                 _sync(device)
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 res = dec.generate(prompt, args.tokens)
                 _sync(device)
-                seconds += time.perf_counter() - t0
+                seconds, cpu = seconds + time.perf_counter() - t0, cpu + time.process_time() - c0
                 tokens, steps = tokens + len(res.output_ids), steps + len(res.steps)
                 committed += sum(res.acceptance_lengths)  # the prefill's token is no step's
                 outs.append(res.output_ids)
-            runs[key].append((seconds, tokens, steps, committed))
+            runs[key].append((seconds, tokens, steps, committed, cpu))
             outputs[key] = outs
     rows = []
     for (engine, method), reps in runs.items():
-        _, tokens, steps, committed = reps[0]
+        _, tokens, steps, committed, _ = reps[0]
         row = {"engine": engine, "method": method, "tok_s": round(statistics.median(r[1] / r[0] for r in reps), 2),
                "ms_per_step": round(statistics.median(1e3 * r[0] / r[2] for r in reps), 2),
+               "cpu_ms_per_step": round(statistics.median(1e3 * r[4] / r[2] for r in reps), 2),
                "tau": round(committed / steps, 3), "steps": steps, "tokens": tokens,
                "tok_s_each": [round(r[1] / r[0], 2) for r in reps],
                "same_as_ar": outputs[(engine, method)] == outputs[(engine, "ar")]}
