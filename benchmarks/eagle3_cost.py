@@ -14,9 +14,9 @@ context length (``--contexts``):
 * ``step``: phase medians of a real eagle3 decode on the engine (``collect_stats=True``:
   each phase between device synchronisations).
 
-EAGLE-3 drafts eagerly (outside CUDA graphs: several head calls with data-dependent top-k);
-verify and commit replay the engine's graphs.  Output: one JSON line per row on stdout and
-``eagle3_cost.json`` in ``--out``.
+The ``depth`` and ``draft`` sections run the head eagerly on its growing cache (the eager
+engine's drafting); in ``step`` the engine drafts through its own graph per window.
+Output: one JSON line per row on stdout and ``eagle3_cost.json`` in ``--out``.
 
     python -m benchmarks.eagle3_cost --out results_dir                       # GPU, Qwen3-8B shape
     python -m benchmarks.eagle3_cost --shape small --device cpu --out /tmp/x   # CPU smoke run
@@ -33,6 +33,7 @@ import torch
 
 from bastion.calibration.peaks import median_time
 from bastion.defaults import EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS
+from bastion.engines import static_eagle3
 from bastion.engines.static_decoder import StaticDecoder
 from bastion.engines.static_engine import StaticEngine
 from bastion.models.eagle3 import Eagle3Drafter
@@ -95,7 +96,7 @@ def section_verify(rep, name, eng: StaticEngine, e3, c, cache, f1, t1, device, a
     kv = eng.window(c + n)
     eng.length.fill_(c)
     eng.cache.length = c
-    eng.draft_eagle3(cache, f1, t1)  # a real drafted tree in the tree buffers
+    static_eagle3.write_tree(eng, e3.tree(cache, f1, t1))  # a real drafted tree in the tree buffers
     cache.crop(c)
     verify = lambda: eng.runner(("verify", n, kv, True, "eagle3"), lambda: eng.verify(n, kv, True, "eagle3"))  # noqa: E731
     tv, sv = median_time(verify, device, args.warmup, args.repeats)

@@ -116,3 +116,35 @@ class StaticContextKV:
 
     def advance(self, m: int) -> None:
         pass
+
+
+class StaticHeadKV:
+    """The EAGLE-3 head's K/V [2, 1, kv_heads, capacity, head_dim] at fixed addresses.
+
+    A draft first writes its context pairs at ``write_index`` inside the window
+    ``[0, kv_len)`` (:meth:`begin`; the caller's mask hides what is not live), then appends
+    the tree's entries after the window, at offsets fixed by the round.  Nothing is rolled
+    back: the next draft writes over the tree's entries.  ``extend`` is the head's cache
+    protocol (:class:`dflash.eagle3.model.Eagle3KVCache`): it returns every entry so far.
+    """
+
+    def __init__(self, kv_heads: int, head_dim: int, capacity: int, dtype: torch.dtype, device: torch.device) -> None:
+        self.capacity = capacity
+        self.kv = torch.zeros((2, 1, kv_heads, capacity, head_dim), dtype=dtype, device=device)
+        self.write_index: torch.Tensor | None = None
+        self.total = 0  # entries the attention reads: the window, then the tree so far
+
+    def begin(self, write_index: torch.Tensor, kv_len: int) -> None:
+        """The next ``extend`` writes context pairs at ``write_index`` within the window ``[0, kv_len)``."""
+        self.write_index, self.total = write_index, kv_len
+
+    def extend(self, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.write_index is not None:  # the context pass
+            _write_window(self.kv, self.write_index, self.total, k_new, v_new)
+            self.write_index = None
+        else:  # a round of tree nodes, after the window
+            end = self.total + k_new.shape[2]
+            self.kv[0, :, :, self.total : end] = k_new
+            self.kv[1, :, :, self.total : end] = v_new
+            self.total = end
+        return self.kv[0, :, :, : self.total], self.kv[1, :, :, : self.total]

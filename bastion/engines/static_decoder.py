@@ -9,11 +9,10 @@ when a read shows a stop token or enough tokens; the draft issued after the fina
 is discarded.  The emitted tokens, cut at stop tokens and ``max_new_tokens``, are those of
 the eager decoder.
 
-EAGLE-3 (a ``drafted`` tree) reverses the first two phases: its head needs the accepted
-count before it can take in the new context, so the step reads the readback first, then
-drafts eagerly outside the graphs (several head calls with a data-dependent top-k; the
-time lands in the draft phase), and verifies and commits through the same graphs as the
-other methods, at its fixed tree size.
+EAGLE-3 (a ``drafted`` tree) drafts like DFlash, on device state: its head reads the
+previous step's accepted count and tokens from the readback vector on the device (one
+graph per window, :mod:`bastion.engines.static_eagle3`), writes its tree straight into
+the tree buffers, and verifies and commits through the same graphs at its fixed size.
 
 Step times (``collect_stats``) come in two kinds.  ``True`` synchronises the device at
 every phase boundary, so each phase is timed alone (host launch included); that is what
@@ -113,8 +112,7 @@ class StaticDecoder:
         if not greedy:
             eng.logits_buffer()  # allocated before any graph that writes it is captured
         if drafted:  # the head's first pairs: features of positions 0..P-1, tokens 1..P-1 and the first new one
-            ecache = eng.eagle3.new_cache()
-            e3_feats, e3_next = feats[0], torch.cat([ids[0, 1:], first])
+            eng.draft_eagle3(eng.window(prompt_len), (feats[0], torch.cat([ids[0, 1:], first])))
         elif use_draft:  # the first draft takes in the whole prompt's features: one-off shape, eager
             eng.pend_count.fill_(prompt_len)
             eng.draft(eng.window(prompt_len), feats)
@@ -131,21 +129,12 @@ class StaticDecoder:
         first_step = True
         while not done:
             ta = clock()
-            if drafted:
-                back = eng.read_back()  # the step's one host synchronisation, before the head drafts
-                if pending is not None:  # the previous step's tokens
-                    a, ended = _absorb(back, pending, steps, output, stops, max_new_tokens)
-                    pending = None
-                    c += a + 1
-                    if ended is not None:
-                        done, stop_reason = True, ended
-                        break
-                    e3_feats = eng.e3_pend[: a + 1]  # root + accepted drafts; tokens: the drafts, then the bonus
-                    e3_next = torch.tensor(back[2 : 2 + a] + back[-1:], dtype=torch.long, device=device)
-                eng.draft_eagle3(ecache, e3_feats, e3_next)
-            elif use_draft and not first_step:
-                kv_d = eng.window(c + eng.block)  # the context grows by at most one block per step
-                run(("draft", kv_d), lambda: eng.draft(kv_d, eng.pend))
+            if use_draft and not first_step:
+                kv_d = eng.window(c + self.block_size)  # the context grows by at most a block (a path) per step
+                if drafted:
+                    run(("eagle3", kv_d), lambda: eng.draft_eagle3(kv_d))
+                else:
+                    run(("draft", kv_d), lambda: eng.draft(kv_d, eng.pend))
             tb = clock()
             got = 0
             if spec.ranked:
@@ -153,15 +142,14 @@ class StaticDecoder:
                 m = search_width(hint, policy) if policy.budget is None else max(policy.budget - 1, 1)
                 got = _rank(eng, m, policy, self.cost_model, fixed)
             n = spec.known_size(eng.block, policy, got, eng.e3_size)
-            if not drafted:
-                back = eng.read_back()  # the step's one host synchronisation
-                if pending is not None:  # the previous step's tokens
-                    a, ended = _absorb(back, pending, steps, output, stops, max_new_tokens)
-                    pending = None
-                    c += a + 1
-                    if ended is not None:
-                        done, stop_reason = True, ended
-                        break
+            back = eng.read_back()  # the step's one host synchronisation
+            if pending is not None:  # the previous step's tokens
+                a, ended = _absorb(back, pending, steps, output, stops, max_new_tokens)
+                pending = None
+                c += a + 1
+                if ended is not None:
+                    done, stop_reason = True, ended
+                    break
             if n is None:  # adaptive: the rule's count; widen the search if it ran out of paths
                 n = back[1]
                 while (wider := wider_search(m, got, n, policy)) is not None:

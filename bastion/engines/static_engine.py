@@ -14,7 +14,8 @@ vector.  A step is six functions, each captured per shape key by :class:`GraphRu
     verify  (n, kv window)    tree mask, target forward, proposals (T = 0) or logits
     commit  (n)               acceptance walk, KV compaction, next root, readback
 
-EAGLE-3 drafts eagerly instead, outside the graphs (:mod:`bastion.engines.static_eagle3`).
+EAGLE-3's head drafts its tree in one step function instead of the first four,
+``draft_eagle3`` (kv window) in :mod:`bastion.engines.static_eagle3`.
 
 None of them reads a device value on the host, so a step has one host synchronisation:
 the decoder's read of the readback vector (the previous step's tokens and this step's
@@ -79,7 +80,7 @@ class StaticEngine:
         self.block = drafter.block_size if drafter is not None else 1
         self.e3_size = eagle3.tree_size if eagle3 is not None else 0  # nodes of every EAGLE-3 tree
         self.read_width = max(self.block, eagle3.path_width if eagle3 is not None else 1)  # root + longest path
-        self.n_max = max(int(n_max), self.block, self.e3_size)
+        self.n_max = max(int(n_max), self.read_width, self.e3_size)
         self.tap_sets = static_eagle3.tap_sets(drafter, eagle3)  # by name; verify's features=True means "dflash"
         self.runner = GraphRunner(self.device, enabled=graphs)
         # grouped-query tree attention without per-head K/V copies (sdpa targets only)
@@ -202,9 +203,9 @@ class StaticEngine:
         h = d(self.target.embed(block[None]), pos[None], feats, self.dcache.write_index[None], mask, self.dcache)
         return self.target.logits(h[0, 1:])
 
-    def draft_eagle3(self, cache, feats: torch.Tensor, next_tokens: torch.Tensor) -> None:
-        """EAGLE-3's tree after the pairs ``feats`` [m, F], ``next_tokens`` [m] into the tree buffers (eager)."""
-        static_eagle3.draft(self, cache, feats, next_tokens)
+    def draft_eagle3(self, kv: int, prompt: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+        """EAGLE-3's tree into the tree buffers, the head's window ``kv``; ``prompt``: the first draft's pairs."""
+        static_eagle3.draft(self, kv, prompt)
 
     def select(self, temperature: float) -> None:
         """Each depth's top-k draft log-probabilities at the sampling temperature (1 for greedy)."""

@@ -18,7 +18,7 @@ from bastion.speculative.methods import Eagle3Policy
 from bastion.speculative.tree import Tree
 from dflash.eagle3.config import eagle3_layer_ids
 from dflash.eagle3.model import Eagle3Head, Eagle3KVCache
-from dflash.eagle3.tree import draft_tree
+from dflash.eagle3.tree import Eagle3Tree, draft_tree, grow_tree
 
 
 @dataclass
@@ -55,4 +55,20 @@ class Eagle3Drafter:
         """Draft a tree rooted at ``next_tokens[-1]`` after committing the pairs (``features`` [m, F], ``next_tokens`` [m])."""
         p = self.policy
         t = draft_tree(self.head, cache, features, next_tokens.reshape(-1), p.total_tokens, p.depth, p.top_k)
-        return Tree.from_parents(t.tokens, t.parents, p.depth + 1)
+        return self.finish(t, cache.length)
+
+    @torch.no_grad()
+    def grow(self, cache, root_hidden: torch.Tensor, root: torch.Tensor, visible: torch.Tensor,
+             position: torch.Tensor) -> Tree:
+        """The tree below ``root`` [1] once the context is in ``cache`` (a static engine's; no host reads).
+
+        ``root_hidden`` [H] is the last context pair's head output, ``visible`` [L] marks
+        the live entries of the cache's window, ``position`` (0-d) is the root's children's.
+        """
+        p = self.policy
+        t = grow_tree(self.head, cache, root_hidden, root, visible, position, p.total_tokens, p.depth, p.top_k)
+        return self.finish(t, position)
+
+    def finish(self, tree: Eagle3Tree, position: int | torch.Tensor) -> Tree:
+        """The decoders' tree (ancestors compiled) for a drafted one whose root's children sit at ``position``."""
+        return Tree.from_parents(tree.tokens, tree.parents, self.policy.depth + 1)

@@ -19,14 +19,23 @@ speculative ones (tree nodes) so tree drafting can be rolled back for free.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding, rotate_half
 
 from .config import Eagle3Config
+
+
+# cuDNN's attention builds an execution plan per new shape, about 40 ms of host time on an
+# H200: the head's context grows every step, so each of its calls met a new shape and
+# drafting cost ~300 ms a step (docs/performance.md, session 6).  The other kernels
+# take any shape at no set-up cost.
+_NOT_CUDNN = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -129,9 +138,10 @@ class Eagle3Attention(nn.Module):
         if mask is None:
             keys = torch.arange(k.shape[2], device=x.device)
             mask = (keys[None, :] <= (past + torch.arange(q_len, device=x.device))[:, None])[None, None]
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, scale=self.head_dim**-0.5, enable_gqa=self.num_kv_heads != self.num_heads
-        )  # [B, heads, Q, D]
+        with sdpa_kernel(_NOT_CUDNN) if x.is_cuda else nullcontext():
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, scale=self.head_dim**-0.5, enable_gqa=self.num_kv_heads != self.num_heads
+            )  # [B, heads, Q, D]
         return self.o_proj(out.transpose(1, 2).reshape(b, q_len, self.num_heads * self.head_dim))
 
 
@@ -207,10 +217,11 @@ class Eagle3Head(nn.Module):
         self,
         features: torch.Tensor,  # [B, Q, 3*Ht] target features, or [B, Q, H] head outputs
         token_ids: torch.Tensor,  # [B, Q] target-vocab ids of the NEXT token of each position
-        positions: torch.Tensor,  # [B, Q] rope positions
+        positions: torch.Tensor | None,  # [B, Q] rope positions (None: ``rope`` given)
         mask: torch.Tensor | None = None,  # [B, 1, Q, K] bool over cached + new; None = causal
         cache: Eagle3KVCache | None = None,
         embeds: torch.Tensor | None = None,  # [B, Q, H] precomputed embeddings of token_ids
+        rope: tuple[torch.Tensor, torch.Tensor] | None = None,  # precomputed cos, sin [B, Q, D]
     ) -> torch.Tensor:
         """Return the layer output [B, Q, H] (pre-``norm``; the next depth's feature).
 
@@ -221,5 +232,6 @@ class Eagle3Head(nn.Module):
         if embeds is None:
             embeds = self.embed(token_ids)
         embeds = embeds.to(feature.dtype)
-        rope = self.rotary_emb(feature, positions)
+        if rope is None:
+            rope = self.rotary_emb(feature, positions)
         return self.midlayer(embeds, feature, rope, mask, cache)

@@ -16,6 +16,10 @@ One drafting step, as in the reference ``Model.topK_genrate`` (``eagle/model/cne
    before its children and the kept set is a tree), in proposal order after the root.
 4. The speculative K/V of the tree are rolled back: the cache keeps only committed pairs.
 
+Steps 2 and 3 (:func:`grow_tree`) are tensor operations of fixed shapes that read nothing
+back to the host, so an engine can run them on its own fixed-address cache and capture
+them in a CUDA graph; :func:`draft_tree` runs all four on an :class:`Eagle3KVCache`.
+
 Reference defaults (``EaModel.from_pretrained`` in ``eagle/model/ea_model.py``):
 ``total_token=60`` (tree size including the root), ``depth=7``, ``top_k=10``.  Note that
 ``depth`` expansions give drafts up to ``depth + 1`` tokens below the root.
@@ -45,6 +49,13 @@ class Eagle3Tree:
 
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
+
+
+def check_policy(head: Eagle3Head, total_tokens: int, depth: int, top_k: int) -> None:
+    if top_k < 1 or depth < 0 or total_tokens < 1:
+        raise ValueError(f"need top_k >= 1, depth >= 0, total_tokens >= 1; got {top_k}, {depth}, {total_tokens}")
+    if top_k > head.config.draft_vocab_size:
+        raise ValueError(f"top_k {top_k} > draft vocabulary {head.config.draft_vocab_size}")
 
 
 @torch.no_grad()
@@ -84,59 +95,89 @@ def draft_tree(
     the accepted path (root and accepted drafts) and the tokens following them (accepted
     drafts and the target's bonus token).
     """
-    if top_k < 1 or depth < 0 or total_tokens < 1:
-        raise ValueError(f"need top_k >= 1, depth >= 0, total_tokens >= 1; got {top_k}, {depth}, {total_tokens}")
-    if top_k > head.config.draft_vocab_size:
-        raise ValueError(f"top_k {top_k} > draft vocabulary {head.config.draft_vocab_size}")
+    check_policy(head, total_tokens, depth, top_k)
     out = extend_context(head, cache, features, next_tokens)
     dev = out.device
     root = next_tokens.reshape(-1)[-1:].to(dev).long()
-    k = top_k
-    logp = torch.log_softmax(head.logits(out[0, -1]).float(), dim=-1)  # [Vd]
+    visible = torch.ones(cache.length, dtype=torch.bool, device=dev)
+    tree = grow_tree(head, cache, out[0, -1], root, visible, cache.length, total_tokens, depth, top_k)
+    cache.rollback()  # the tree's K/V were speculative
+    return tree
+
+
+@torch.no_grad()
+def grow_tree(
+    head: Eagle3Head,
+    cache,
+    root_hidden: torch.Tensor,  # [H] head output of the last context pair (it predicts the root's children)
+    root: torch.Tensor,  # [1] long, the root's target id
+    visible: torch.Tensor,  # [L] bool: which of the cache's first L entries (the context) the nodes see
+    position: int | torch.Tensor,  # rope position of the root's children (the head's context length)
+    total_tokens: int,
+    depth: int,
+    top_k: int,
+) -> Eagle3Tree:
+    """Steps 2 and 3: expand ``depth`` rounds below the root and keep the best nodes.
+
+    ``cache.extend`` must append each round's K/V after the ``L`` context entries and
+    return all entries so far (context, then tree), as :class:`Eagle3KVCache` does before
+    a rollback.  Every shape depends only on ``L``, ``depth`` and ``top_k``, and no value is
+    read back to the host: ``position`` may be a device tensor.
+    """
+    dev, k = root_hidden.device, top_k
+    n_ctx = visible.shape[0]
+    logp = torch.log_softmax(head.logits(root_hidden).float(), dim=-1)  # [Vd]
     top = torch.topk(logp, k)
-    toks = [head.to_target_ids(top.indices)]  # per round: proposed nodes' target ids
-    scores = [top.values]
-    parent = [torch.full((k,), -1, dtype=torch.long, device=dev)]  # -1 = root
-    depths = [torch.ones(k, dtype=torch.long, device=dev)]
-    front_idx = torch.arange(k, device=dev)  # proposal indices of the frontier
+    toks, scores = [head.to_target_ids(top.indices)], [top.values]  # per round: proposed nodes
+    front = [torch.arange(k, device=dev)]  # per round: proposal indices of the frontier (the next round's parents)
     front_tok, front_score = toks[0], top.values
-    front_hidden = out[:, -1:].expand(1, k, out.shape[-1])  # [1, k, H] parents' outputs
-    tree_mask = torch.eye(k, dtype=torch.bool, device=dev)  # [k, k * (i + 1)] over tree entries
-    n_prop = k
+    front_hidden = root_hidden.view(1, 1, -1).expand(1, k, root_hidden.shape[-1])  # [1, k, H] parents' outputs
+    eye = torch.eye(k, dtype=torch.bool, device=dev)
+    # [k, L + k * depth]: the frontier's context row, then its ancestors among the tree entries
+    if depth:
+        mask = torch.zeros(k, n_ctx + k * depth, dtype=torch.bool, device=dev)
+        mask[:, :n_ctx] = visible
+        mask[:, n_ctx : n_ctx + k] = eye
+        # every round's rope angles at once: round i's nodes sit at position + i
+        cos, sin = head.rotary_emb(front_hidden, (position + torch.arange(depth, device=dev))[None])  # [1, depth, D]
     for i in range(depth):
-        ctx = torch.ones(k, cache.length, dtype=torch.bool, device=dev)
-        mask = torch.cat([ctx, tree_mask], dim=1)[None, None]  # [1, 1, k, length + k * (i + 1)]
-        pos = torch.full((1, k), cache.length + i, dtype=torch.long, device=dev)
-        h = head(front_hidden, front_tok[None], pos, mask, cache)  # [1, k, H]
+        width = n_ctx + k * (i + 1)
+        rope = (cos[:, i : i + 1].expand(1, k, -1), sin[:, i : i + 1].expand(1, k, -1))
+        h = head(front_hidden, front_tok[None], None, mask[None, None, :, :width], cache, rope=rope)  # [1, k, H]
         logp = torch.log_softmax(head.logits(h[0]).float(), dim=-1)  # [k, Vd]
         top = torch.topk(logp, k, dim=-1)  # [k, k]
         cum = (top.values + front_score[:, None]).reshape(-1)  # [k * k]
         child = head.to_target_ids(top.indices).reshape(-1)
         toks.append(child)
         scores.append(cum)
-        parent.append(front_idx.repeat_interleave(k))
-        depths.append(torch.full((k * k,), i + 2, dtype=torch.long, device=dev))
-        sel = torch.topk(cum, k).indices  # next frontier, [k]
-        rows = sel // k
-        front_idx, front_tok, front_score = n_prop + sel, child[sel], cum[sel]
-        front_hidden = h[:, rows]
-        tree_mask = torch.cat([tree_mask[rows], torch.eye(k, dtype=torch.bool, device=dev)], dim=1)
-        n_prop += k * k
-    cache.rollback()  # the tree's K/V were speculative
+        if i + 1 == depth:
+            break  # the last round's proposals are never expanded
+        best = torch.topk(cum, k)  # the next frontier
+        sel, rows = best.indices, best.indices // k
+        front.append(k + k * k * i + sel)
+        front_tok, front_score, front_hidden = child[sel], best.values, h[:, rows]
+        mask[:, n_ctx : width] = mask[rows, n_ctx : width]  # each new node inherits its parent's ancestors
+        mask[:, width : width + k] = eye
+    return _rerank(torch.cat(toks), torch.cat(scores), front, root, total_tokens, depth, k)
 
-    all_tok, all_score = torch.cat(toks), torch.cat(scores)
-    all_parent, all_depth = torch.cat(parent), torch.cat(depths)
-    n_keep = min(total_tokens - 1, all_tok.numel())
+
+def _rerank(all_tok: torch.Tensor, all_score: torch.Tensor, front: list[torch.Tensor], root: torch.Tensor,
+            total_tokens: int, depth: int, k: int) -> Eagle3Tree:
+    """Step 3: the ``total_tokens - 1`` best proposals, in proposal order after the root."""
+    dev, n_all = all_tok.device, all_tok.numel()
+    parent = torch.full((n_all,), -1, dtype=torch.long, device=dev)  # the first round's parent is the root
+    if depth:  # round i + 1's proposal j is a child of round i's frontier node j // k
+        parent[k:] = torch.stack(front)[:, :, None].expand(depth, k, k).reshape(-1)
+    levels = torch.arange(2, depth + 2, device=dev)[:, None].expand(depth, k * k).reshape(-1)
+    depths = torch.cat([torch.ones(k, dtype=torch.long, device=dev), levels])
+    n_keep = min(total_tokens - 1, n_all)
     order = torch.sort(all_score, descending=True, stable=True).indices[:n_keep]
     keep = torch.sort(order).values  # proposal order: parents before children
-    slot = torch.full((all_tok.numel(),), -1, dtype=torch.long, device=dev)
-    slot[keep] = torch.arange(1, n_keep + 1, device=dev)
-    par = all_parent[keep]
-    par = torch.where(par < 0, torch.zeros_like(par), slot[par.clamp(min=0)])
-    neg1 = torch.full((1,), -1, dtype=torch.long, device=dev)
+    slot = torch.zeros(n_all + 1, dtype=torch.long, device=dev)  # proposal index + 1 -> tree slot (root: 0)
+    slot[keep + 1] = torch.arange(1, n_keep + 1, device=dev)
     return Eagle3Tree(
         tokens=torch.cat([root, all_tok[keep]]),
-        parents=torch.cat([neg1, par]),
+        parents=torch.cat([torch.full((1,), -1, dtype=torch.long, device=dev), slot[parent[keep] + 1]]),
         scores=torch.cat([torch.zeros(1, device=dev), all_score[keep]]),
-        depths=torch.cat([torch.zeros(1, dtype=torch.long, device=dev), all_depth[keep]]),
+        depths=torch.cat([torch.zeros(1, dtype=torch.long, device=dev), depths[keep]]),
     )

@@ -32,20 +32,23 @@ def _pair(tmp_path, family: str, layer_ids=None, policy=None):
 
 
 class OracleEagle3(Eagle3Drafter):
-    """Drafts with the head (its cache bookkeeping included), then plants the reference path."""
+    """Drafts with the head (its cache bookkeeping included), then plants the reference path.
+
+    It hooks :meth:`Eagle3Drafter.finish`, which both engines' drafting ends in: the eager
+    engine's on the head's growing cache, the static engine's on its fixed buffers.
+    """
 
     reference: list[int]
     prompt_len: int
 
-    def tree(self, cache, features, next_tokens):
-        tree = super().tree(cache, features, next_tokens)
-        c = cache.length  # committed pairs == the root's position
+    def finish(self, tree, position):
+        c = int(position)  # committed pairs == the root's children's position (both engines)
         node, depth = 0, 0
         while True:
             kids = (tree.parents == node).nonzero().flatten()
             j = c - self.prompt_len + 1 + depth  # reference index of the token at depth + 1
             if kids.numel() == 0 or j >= len(self.reference) or (depth % 3 == 2 and c % 2):
-                return tree
+                return super().finish(tree, position)
             ref = self.reference[j]
             if not (tree.tokens[kids] == ref).any():  # siblings must stay distinct
                 tree.tokens[kids[0]] = ref

@@ -1,0 +1,115 @@
+"""EAGLE-3 against AR on the bundled tiny pair, per engine: tok/s, ms per step, tau.
+
+Each repeat decodes every prompt with each (engine, method) in turn, so a slow spell on a
+shared machine falls on all of them alike; the table gives medians over the repeats.
+Times are whole ``generate`` calls (prefill and the first draft included), so the
+numbers compare across versions that put the first draft in a different phase; on a CPU
+``cpu_ms_per_step`` (the process's CPU time, one thread) is steadier than the wall clock
+when other jobs share the cores.
+``--phases`` adds, per engine, the median phase times of one more EAGLE-3 decode with
+``collect_stats=True`` (every phase between device synchronisations).
+
+    python -m benchmarks.eagle3_step                                   # CPU, 1 thread, eager and static
+    python -m benchmarks.eagle3_step --device cuda --dtype bfloat16 --engines static,compiled
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from bastion.data import registry as datasets
+from bastion.data.prompts import PromptBuilder
+from bastion.engines.factory import Engine
+from bastion.models import registry as models
+from bastion.models.eagle3 import Eagle3Drafter
+from bastion.speculative.methods import Eagle3Policy
+
+METHODS = ("ar", "eagle3")
+PHASES = ("t_draft", "t_tree", "t_verify", "t_accept", "t_commit")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.eagle3_step", description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    p.add_argument("--engines", default="eager,static", help="comma list of eager, static, compiled")
+    p.add_argument("--dataset", default="stdlib-heldout")
+    p.add_argument("--prompts", type=int, default=2, help="the dataset's first N prompts")
+    p.add_argument("--tokens", type=int, default=128, help="new tokens per prompt")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: leave as is)")
+    p.add_argument("--tree", default="7,10,60", help="EAGLE-3 depth,top-k,total tokens")
+    p.add_argument("--phases", action="store_true", help="also time each phase of one EAGLE-3 decode per engine")
+    p.add_argument("--out", help="write the rows as JSON here")
+    return p
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.no_grad()
+def main(argv: list[str] | None = None) -> list[dict]:
+    args = build_parser().parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device, dtype = torch.device(args.device), getattr(torch, args.dtype)
+    tiny = str(models.tiny_dir("target"))
+    target = models.load_target(tiny, dtype, device)
+    head = models.load_eagle3_head(models.resolve_eagle3("tiny"), target, "tiny", dtype, device)
+    e3 = Eagle3Drafter.bind(head, target, Eagle3Policy(*(int(x) for x in args.tree.split(","))))
+    builder = PromptBuilder(models.load_tokenizer(tiny))
+    prompts = [builder.encode([], p["turns"][0]) for p in datasets.load_prompts(args.dataset)[: args.prompts]]
+    context = max(len(p) for p in prompts) + args.tokens + 256
+    engines = {name: Engine(name, target, None, n_max=e3.tree_size, max_context=context, eagle3=e3)
+               for name in args.engines.split(",")}
+    decoders = {(e, m): eng.decoder(m) for e, eng in engines.items() for m in METHODS}
+    for dec in decoders.values():  # warm-up: graphs captured, caches and allocators settled
+        dec.generate(prompts[0], 8)
+    runs: dict[tuple[str, str], list[tuple[float, int, int, int, float]]] = {key: [] for key in decoders}
+    outputs: dict[tuple[str, str], list[list[int]]] = {}
+    for _ in range(args.repeats):
+        for key, dec in decoders.items():
+            seconds, cpu, tokens, steps, committed, outs = 0.0, 0.0, 0, 0, 0, []
+            for prompt in prompts:
+                _sync(device)
+                t0, c0 = time.perf_counter(), time.process_time()
+                res = dec.generate(prompt, args.tokens)
+                _sync(device)
+                seconds, cpu = seconds + time.perf_counter() - t0, cpu + time.process_time() - c0
+                tokens, steps = tokens + len(res.output_ids), steps + len(res.steps)
+                committed += sum(res.acceptance_lengths)  # the prefill's token is no step's
+                outs.append(res.output_ids)
+            runs[key].append((seconds, tokens, steps, committed, cpu))
+            outputs[key] = outs
+    rows = []
+    for (engine, method), reps in runs.items():
+        _, tokens, steps, committed, _ = reps[0]
+        row = {"engine": engine, "method": method, "tok_s": round(statistics.median(r[1] / r[0] for r in reps), 2),
+               "ms_per_step": round(statistics.median(1e3 * r[0] / r[2] for r in reps), 2),
+               "cpu_ms_per_step": round(statistics.median(1e3 * r[4] / r[2] for r in reps), 2),
+               "tau": round(committed / steps, 3), "steps": steps, "tokens": tokens,
+               "tok_s_each": [round(r[1] / r[0], 2) for r in reps],
+               "same_as_ar": outputs[(engine, method)] == outputs[(engine, "ar")]}
+        if args.phases and method == "eagle3":
+            st = decoders[(engine, method)].generate(prompts[0], args.tokens, collect_stats=True).steps
+            row["phases_ms"] = {ph: round(1e3 * statistics.median(getattr(s, ph) for s in st), 3) for ph in PHASES}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    meta = {"device": str(device), "dtype": args.dtype, "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "prompts": [len(p) for p in prompts], "tree": args.tree, "repeats": args.repeats}
+    print(json.dumps({"meta": meta}))
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            json.dump({"meta": meta, "rows": rows}, fh, indent=1)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
