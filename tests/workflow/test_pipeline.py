@@ -65,7 +65,7 @@ def test_clean_run_builds_the_table_offline(work):
     base = work / "results" / hw / "tiny" / "stdlib-heldout" / "t0"
     ar = {(r["prompt_index"], r["turn"]): r["output_ids"] for r in map(json.loads, open(base / "ar.jsonl"))}
     bs = {(r["prompt_index"], r["turn"]): r["output_ids"] for r in map(json.loads, open(base / "bastion.jsonl"))}
-    assert ar == bs and len(ar) == 6
+    assert ar == bs and len(ar) == 8
 
 
 def test_second_run_does_nothing(work):
@@ -128,7 +128,7 @@ def test_code_hashes_follow_subpackage_folders(work):
 
 def test_sample_count_change_reruns_that_dataset_only(work, tmp_path):
     overlay = tmp_path / "overlay.yaml"
-    overlay.write_text("experiments:\n  tiny:\n    datasets:\n      humaneval-pkg: {max_samples: 6}\n"
+    overlay.write_text("experiments:\n  tiny:\n    datasets:\n      humaneval-pkg: {max_samples: 8}\n"
                        "      stdlib-heldout: {max_samples: 5}\n")
     plan = planned(work, "--configfile", "config.yaml", str(overlay), "--", "figures/speedup_table.pdf")
     assert plan.get("decode_cell") == 1  # the cell of stdlib-heldout (its seven methods), nothing of humaneval-pkg
@@ -139,7 +139,7 @@ def test_sample_count_change_reruns_that_dataset_only(work, tmp_path):
 
 def test_eagle3_tree_change_reruns_decoding_only(work, tmp_path):
     overlay = tmp_path / "tree.yaml"
-    overlay.write_text("experiments:\n  tiny:\n    eagle3_depth: 6\n")
+    overlay.write_text("experiments:\n  tiny:\n    eagle3_depth: 5\n")
     plan = planned(work, "--configfile", "config.yaml", str(overlay), "--", "figures/speedup_table.pdf")
     assert plan == {"decode_cell": 2, "aggregate_results": 1, "make_speedup_table": 1}
 
@@ -210,8 +210,8 @@ def test_killed_cell_job_resumes_each_method_without_loss_or_duplicates(work):
     smk(work, "--unlock")  # the killed snakemake left its lock behind
     smk(work, "--cores", "1", "--rerun-incomplete", target)
     log = (work / f"logs/decode_cell/{hw}/tiny/stdlib-heldout/t0.log").read_text()
-    assert log.count("[resume] 6 of 6 prompts already done") == 2, log[-3000:]  # AR and EAGLE-3, from their records
-    assert re.search(r"\[resume\] [2-5] of 6 prompts already done in \S*dflash", log), log[-3000:]
+    assert log.count("[resume] 8 of 8 prompts already done") == 2, log[-3000:]  # AR and EAGLE-3, from their records
+    assert re.search(r"\[resume\] [2-7] of 8 prompts already done in \S*dflash", log), log[-3000:]
     after = {p.name: [(r["prompt_index"], r["turn"], r["output_ids"]) for r in map(json.loads, open(p))]
              for p in cell.glob("*.jsonl")}
     assert after == before  # every method's file, none lost, none twice, same tokens

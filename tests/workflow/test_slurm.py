@@ -131,9 +131,9 @@ def test_scancelled_decode_job_finishes_on_the_next_invocation(runs, slurm):
     rc, out = slurm_smk(remote, *_partition_args(slurm), "--", target)
     assert rc == 0, out[-6000:]
     log = (remote / f"logs/decode_cell/{hw}/tiny/humaneval-pkg/t0.log").read_text()
-    assert re.search(r"\[resume\] [2-5] of 6 prompts already done in \S*/bastion\.jsonl\.partial", log), log[-2000:]
+    assert re.search(r"\[resume\] [2-7] of 8 prompts already done in \S*/bastion\.jsonl\.partial", log), log[-2000:]
     after = [json.loads(l) for l in (remote / target).read_text().splitlines()]
-    assert sorted(r["prompt_index"] for r in after) == list(range(6))
+    assert sorted(r["prompt_index"] for r in after) == list(range(8))
     assert [r["output_ids"] for r in after] == [r["output_ids"] for r in before]
 
 
