@@ -287,3 +287,18 @@ class DecodeRun:
         cal = Calibration.load(path, current=fp_now)
         cal.check_temperature(self.temperature, path)
         return cal
+
+
+def run_from_knobs(k: dict[str, Any], models: dict[str, Any], data: str, calibration: str, hardware_key: str,
+                   model_name: str, dataset_name: str, output: str, history: str | None = None,
+                   shard: tuple[int, int] = (0, 1)) -> DecodeRun:
+    """The run of one pipeline decode job (or one method of a cell) from its rule's knobs."""
+    return DecodeRun(
+        model=models["target"], draft_model=models["drafter"], dataset=data, methods=(k["method"],),
+        temperature=k["temperature"], max_new_tokens=k["max_new_tokens"], max_samples=k["max_samples"] or None,
+        n_min=k["n_min"], n_max=k["n_max"], topk=k["topk"], budget=k["budget"] or None, block_size=k["block_size"] or None,
+        device=k["device"], dtype=k["dtype"], attn_impl=k["attn_impl"], engine=k["engine"], seed=k["seed"],
+        data_seed=k["seed"], calibration=calibration, hardware=hardware_key, output=output, model_name=model_name,
+        dataset_name=dataset_name, shard=shard, eagle3_model=models.get("eagle3"), history_from=history,
+        **k.get("eagle3_tree", {}),
+    )
