@@ -229,7 +229,8 @@ def test_sharded_cell_merges_to_the_same_records(work, tmp_path):
     smk(work, "--cores", "2", "--configfile", "config.yaml", str(overlay), "--config", "shards=2", "--", target)
     shards = [[json.loads(l)["prompt_index"] for l in open(work / f"results/{hw}/tiny/humaneval-pkg/t0/shards/bastion.{i}.jsonl")]
               for i in range(2)]
-    assert shards == [[0, 2, 4], [1, 3, 5]]  # each prompt in exactly one shard
+    n = len({r["prompt_index"] for r in before})
+    assert n >= 4 and shards == [list(range(0, n, 2)), list(range(1, n, 2))]  # each prompt in exactly one shard
     after = [json.loads(l) for l in open(work / target)]
     assert [(r["prompt_index"], r["output_ids"]) for r in after] == [(r["prompt_index"], r["output_ids"]) for r in before]
 
