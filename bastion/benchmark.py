@@ -19,7 +19,7 @@ import torch
 
 from bastion.data import registry as datasets
 from bastion.defaults import EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS, METHODS, N_MAX, N_MIN, TOPK
-from bastion.engines.factory import ENGINE_CHOICES
+from bastion.engines.choice import ENGINE_CHOICES
 from bastion.models import registry as models
 from bastion.runs.checks import parse_methods, parse_shard
 from bastion.runs.run import DecodeRun

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import asdict, replace
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -18,8 +18,10 @@ from bastion.calibration.overheads import profile_overheads
 from bastion.calibration.peaks import measure_peaks
 from bastion.calibration.store import Calibration
 from bastion.costmodel.roofline import ModelShape
-from bastion.engines.factory import Engine
 from bastion.speculative.tree import TreePolicy
+
+if TYPE_CHECKING:
+    from bastion.engines.factory import Engine
 
 PROBE_TOKENS = 128  # length of the overhead probe prompt
 

@@ -58,7 +58,8 @@ def device_name(device: torch.device) -> str:
 
 def collect(device: torch.device | str, dtype: torch.dtype, attn_impl: str, engine: str = "eager") -> dict[str, Any]:
     """The fingerprint of this process on ``device``."""
-    import transformers
+    # the installed Transformers' version, without importing it (seconds)
+    from importlib.metadata import version
 
     from bastion import __version__
 
@@ -72,7 +73,7 @@ def collect(device: torch.device | str, dtype: torch.dtype, attn_impl: str, engi
         "driver": _nvidia_driver() if cuda else "none",
         "cuda": torch.version.cuda if cuda else "none",
         "torch": torch.__version__,
-        "transformers": transformers.__version__,
+        "transformers": version("transformers"),
         "dtype": str(dtype).removeprefix("torch."),
         "attn_impl": attn_impl,
         "engine": engine,

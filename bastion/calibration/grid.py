@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 import torch
@@ -13,8 +13,10 @@ from bastion.calibration.peaks import median_time
 from bastion.calibration.store import CalibrationError
 from bastion.costmodel.fit import ape, fit_cost_model
 from bastion.costmodel.roofline import HardwarePeaks, ModelShape
-from bastion.engines.base import VerifyProbe
 from bastion.progress import bar
+
+if TYPE_CHECKING:
+    from bastion.engines.base import VerifyProbe
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import statistics
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
 from bastion.calibration.store import CalibrationError
 from bastion.costmodel.model import StepOverheads
-from bastion.engines.base import Decoder
+
+if TYPE_CHECKING:
+    from bastion.engines.base import Decoder
 
 
 def profile_overheads(decoder_factory: Callable[[], Decoder], prompt_ids: Sequence[int], steps: int = 24,

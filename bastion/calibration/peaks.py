@@ -13,7 +13,7 @@ from typing import Any, Callable
 import torch
 
 from bastion.costmodel.roofline import HardwarePeaks
-from bastion.engines.base import sync
+from bastion.engines.choice import sync
 
 
 def median_time(fn: Callable[[], Any], device: torch.device, warmup: int, repeats: int) -> tuple[float, float]:

@@ -26,7 +26,7 @@ from bastion.costmodel.model import CostModel
 from bastion.costmodel.roofline import HardwarePeaks, ModelShape
 from bastion.data.formats import read_jsonl
 from bastion.data.prompts import PromptBuilder
-from bastion.engines.factory import Engine, resolve_engine
+from bastion.engines.choice import resolve_engine
 from bastion.models import registry as models
 from bastion.speculative.tree import TreePolicy
 
@@ -70,6 +70,9 @@ def calibrate_latency(out: str, model_json: str, hardware_json: str, grid_name: 
                       attn_impl: str, engine: str, datasets: Sequence[str] = (), max_new_tokens: int = 0,
                       temperature: float = 0.0, max_heldout_mape: float | None = MAX_HELDOUT_MAPE) -> dict[str, Any]:
     """The latency grid and its fit; the grid's contexts reach the longest prompt of ``datasets`` plus ``max_new_tokens``."""
+    # model code loads only in the stages that run models
+    from bastion.engines.factory import Engine
+
     hw = read_json(hardware_json)
     dev, dt, fp_now, paths, target = _load_target(hw["fingerprint"], hardware_json, model_json, device, dtype,
                                                   attn_impl, engine)
@@ -93,6 +96,8 @@ def calibrate_latency(out: str, model_json: str, hardware_json: str, grid_name: 
 def profile_constants(out: str, model_name: str, model_json: str, latency_json: str, device: str, dtype: str, attn_impl: str,
                       engine: str, n_min: int, seed: int = 0) -> Calibration:
     """Measure T_draft and T_other (sampling at the latency grid's temperature) and write the calibration file."""
+    from bastion.engines.factory import Engine
+
     lat = read_json(latency_json)
     try:  # before loading anything: a latency file of an older cost model cannot be completed
         cost = CostModel.from_dict(lat["cost_model"])

@@ -105,9 +105,3 @@ def emit(output: list[int], tokens: Sequence[int], stops: set[int], max_new_toke
         if len(output) >= max_new_tokens:
             return "max_new_tokens"
     return None
-
-
-def sync(device: torch.device) -> None:
-    """Wait for the device (a no-op on the CPU): the boundary every host-side timer needs."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)

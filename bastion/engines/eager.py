@@ -18,7 +18,8 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from bastion.costmodel.model import CostModel, StepOverheads
-from bastion.engines.base import check_fits, check_method, emit, prompt_tensor, sync
+from bastion.engines.base import check_fits, check_method, emit, prompt_tensor
+from bastion.engines.choice import sync
 from bastion.models.eagle3 import Eagle3Drafter
 from bastion.models.target import Target
 from bastion.results.generation import GenerationResult, StepStats

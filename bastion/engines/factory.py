@@ -11,34 +11,14 @@ goes through one :class:`Engine` object.
 
 from __future__ import annotations
 
-import torch
-
 from bastion.costmodel.model import CostModel, StepOverheads
 from bastion.engines.base import Decoder, VerifyProbe
+from bastion.engines.choice import resolve_engine
 from bastion.engines.eager import EagerDecoder, EagerProbe
 from bastion.models.eagle3 import Eagle3Drafter
 from bastion.models.target import Target
 from bastion.speculative.tree import TreePolicy
 from dflash import DFlashDraftModel
-
-ENGINES = ("eager", "static", "compiled")
-ENGINE_CHOICES = ("auto", *ENGINES)
-# ``auto`` on a CPU: the engine that measured fastest there for the tiny pair
-# (docs/performance.md, session 5, "engine: auto"); on CUDA it is always ``compiled``.
-CPU_ENGINE = "static"
-
-
-def check_engine(name: str) -> str:
-    if name not in ENGINE_CHOICES:
-        raise ValueError(f"unknown engine {name!r}; choose one of: {', '.join(ENGINE_CHOICES)}")
-    return name
-
-
-def resolve_engine(name: str, device: torch.device | str) -> str:
-    """The engine that runs: ``auto`` is the fastest correct one for the device."""
-    if check_engine(name) != "auto":
-        return name
-    return "compiled" if torch.device(device).type == "cuda" else CPU_ENGINE
 
 
 class Engine:

@@ -30,7 +30,8 @@ from typing import Iterable, Sequence
 import torch
 
 from bastion.costmodel.model import CostModel, StepOverheads
-from bastion.engines.base import check_fits, check_method, emit, prompt_tensor, sync
+from bastion.engines.base import check_fits, check_method, emit, prompt_tensor
+from bastion.engines.choice import sync
 from bastion.engines.static_engine import StaticEngine
 from bastion.results.generation import GenerationResult, StepStats
 from bastion.speculative.accept import emitted_tokens, propose

@@ -11,14 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from bastion.costmodel.roofline import SUPPORTED_FAMILIES
-from bastion.models.target import Target, UnsupportedModelError
-from dflash import DFlashDraftModel, hub
-from dflash.checkpoint import CheckpointError
+from dflash import hub
+
+if TYPE_CHECKING:  # torch, Transformers and the models load inside the functions that need them:
+    import torch  # the pipeline's fetch_model job resolves folders only and starts in a second
+
+    from bastion.models.target import Target
+    from dflash import DFlashDraftModel
 
 THINKING_ERROR = (
     "DFlash draft models for Qwen3-4B and Qwen3-8B were not trained with thinking traces. "
@@ -121,6 +123,8 @@ def load_target(ref: str, dtype: torch.dtype, device: str | torch.device, attn_i
     """Load a causal LM and wrap it; unsupported families are refused before the weights load."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from bastion.models.target import Target, UnsupportedModelError
+
     gated = any(p.gated and p.target == ref for p in PAIRS.values())
     try:
         if not _is_local(ref):
@@ -141,6 +145,9 @@ def load_target(ref: str, dtype: torch.dtype, device: str | torch.device, attn_i
 
 
 def load_drafter(ref: str, dtype: torch.dtype, device: str | torch.device) -> DFlashDraftModel:
+    from dflash import DFlashDraftModel
+    from dflash.checkpoint import CheckpointError
+
     try:
         if not _is_local(ref):
             hub.probe(ref)
@@ -153,6 +160,7 @@ def load_drafter(ref: str, dtype: torch.dtype, device: str | torch.device) -> DF
 
 def load_eagle3_head(ref: str, target: Target, target_name: str, dtype: torch.dtype, device: str | torch.device):
     """Load an EAGLE-3 head strictly; a head that does not fit ``target`` is refused naming both."""
+    from dflash.checkpoint import CheckpointError
     from dflash.eagle3.checkpoint import load_eagle3
 
     try:
@@ -169,6 +177,7 @@ def load_eagle3_head(ref: str, target: Target, target_name: str, dtype: torch.dt
 
 def check_eagle3(head, target: Target, target_name: str, head_name: str) -> None:
     """Refuse an EAGLE-3 head whose widths, vocabularies or tapped layers do not fit the target."""
+    from dflash.checkpoint import CheckpointError
     from dflash.eagle3.checkpoint import check_fits_target
 
     try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -224,8 +225,10 @@ def format_summary(rows: Sequence[dict[str, Any]], block_size: int) -> str:
         if r["method"] == "dflash":
             label += f" (bs={block_size})"
         acc = "-" if r["method"] == "ar" else f"{r['tau']:.2f}"
+        # no AR records in this run (a cell job summarises each method alone): no speedup to show
+        speedup = "-" if math.isnan(r["speedup"]) else f"{r['speedup']:.2f}x"
         lines.append(
-            f"{label:<22} {r['tok_per_s']:>10.2f} tok/s {r['speedup']:>7.2f}x {acc:>11} {r['mean_tree']:>9.1f} {r['responses']:>5}"
+            f"{label:<22} {r['tok_per_s']:>10.2f} tok/s {speedup:>8} {acc:>11} {r['mean_tree']:>9.1f} {r['responses']:>5}"
         )
     lines.append("=" * len(head))
     return "\n".join(lines)

@@ -30,7 +30,7 @@ from bastion.calibration.store import (
 from bastion.data import registry as datasets
 from bastion.data.prompts import PromptBuilder
 from bastion.defaults import EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS, METHODS, N_MAX, N_MIN, TOPK
-from bastion.engines.factory import resolve_engine
+from bastion.engines.choice import resolve_engine
 from bastion.models import registry as models
 from bastion.progress import bar
 from bastion.runs.checks import UsageError, check_positions, load_histories, parse_methods

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from bastion.engines.base import Decoder, VerifyProbe
-from bastion.engines.factory import Engine, resolve_engine
+from bastion.engines.choice import resolve_engine
+from bastion.engines.factory import Engine
 from bastion.models.target import Target
 from bastion.speculative.methods import method_spec
 from bastion.speculative.tree import TreePolicy

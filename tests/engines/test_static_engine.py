@@ -12,8 +12,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from bastion.engines.choice import check_engine
 from bastion.engines.eager import EagerDecoder
-from bastion.engines.factory import Engine, check_engine
+from bastion.engines.factory import Engine
 from bastion.engines.static_cache import ContextTooLongError
 from bastion.engines.static_decoder import StaticDecoder
 from bastion.engines.static_engine import StaticEngine

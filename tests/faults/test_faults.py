@@ -24,7 +24,7 @@ from bastion.calibration import fingerprint
 from bastion.calibration.store import Calibration
 from bastion.costmodel.model import CostModel, CostParams, StepOverheads
 from bastion.costmodel.roofline import HardwarePeaks, ModelShape
-from bastion.engines.factory import resolve_engine
+from bastion.engines.choice import resolve_engine
 from bastion.results import records
 from tests.support.builders import byte_tokenizer, tiny_drafter, tiny_target
 from tests.support.pipeline_support import REPO, copy_checkout, smk

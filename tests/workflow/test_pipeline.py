@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from bastion.engines.factory import resolve_engine
+from bastion.engines.choice import resolve_engine
 from tests.support.pipeline_support import (
     SNAKEMAKE,
     copy_checkout,

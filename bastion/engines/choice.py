@@ -1,0 +1,34 @@
+"""Engine names and the choice that ``auto`` makes, importable without loading any model code.
+
+The hardware job and the command line resolve the engine before (or without) building
+one; keeping the names here lets them start without importing Transformers.
+"""
+
+from __future__ import annotations
+
+import torch
+
+ENGINES = ("eager", "static", "compiled")
+ENGINE_CHOICES = ("auto", *ENGINES)
+# ``auto`` on a CPU: the engine that measured fastest there for the tiny pair
+# (docs/performance.md, session 5, "engine: auto"); on CUDA it is always ``compiled``.
+CPU_ENGINE = "static"
+
+
+def check_engine(name: str) -> str:
+    if name not in ENGINE_CHOICES:
+        raise ValueError(f"unknown engine {name!r}; choose one of: {', '.join(ENGINE_CHOICES)}")
+    return name
+
+
+def resolve_engine(name: str, device: torch.device | str) -> str:
+    """The engine that runs: ``auto`` is the fastest correct one for the device."""
+    if check_engine(name) != "auto":
+        return name
+    return "compiled" if torch.device(device).type == "cuda" else CPU_ENGINE
+
+
+def sync(device: torch.device) -> None:
+    """Wait for the device (a no-op on the CPU): the boundary every host-side timer needs."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
