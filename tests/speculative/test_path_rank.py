@@ -17,7 +17,7 @@ import textwrap
 import pytest
 import torch
 
-from bastion.speculative.path_rank import _rank_torch, candidates, layout, top_paths
+from bastion.speculative.path_rank import _rank_numpy, _rank_torch, candidates, layout, top_paths
 from bastion.speculative.tree import draft_topk
 
 
@@ -76,6 +76,22 @@ def test_candidates_are_the_pairs_that_can_rank():
 def test_dispatch_uses_the_reference_off_cuda():
     logq = _sorted_rows(torch.randn(4, 6))
     assert all(torch.equal(a, b) for a, b in zip(top_paths(logq, 17), _rank_torch(logq, 17)))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_cpu_ranking_equals_the_reference_bit_for_bit(seed):
+    """The NumPy rounds (the CPU default) give the torch reference's paths, ties included."""
+    g = torch.Generator().manual_seed(seed)
+    d_max, k = 1 + seed % 15, 1 + (seed * 7) % 16
+    raw = torch.log_softmax(torch.randn(d_max, max(k, 2) * 4, generator=g) * 3, dim=-1)
+    if seed % 2:  # coarse values: many exact ties within and across depths
+        raw = (raw * 2).round() / 2
+    logq = _sorted_rows(raw)[:, :k].contiguous()
+    for m in (1, 7, 15, 31, 100):
+        ref, got = _rank_torch(logq, m), _rank_numpy(logq, m)
+        assert [t.dtype for t in got] == [t.dtype for t in ref]
+        assert all(torch.equal(a, b) for a, b in zip(got, ref)), (d_max, k, m)
+    assert all(torch.equal(a, b) for a, b in zip(top_paths(logq, 15), _rank_torch(logq, 15)))  # the CPU dispatch
 
 
 def test_failing_kernels_fall_back_to_the_reference_once(monkeypatch):
