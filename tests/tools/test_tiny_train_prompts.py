@@ -79,3 +79,13 @@ def test_package_prompts_are_headers_from_third_party_code_only():
         package_prompts.package_dir("json")
     with pytest.raises(SystemExit, match="not installed"):
         package_prompts.package_dir("no_such_package_here")
+
+
+def test_package_prompts_alternate_packages_so_a_prefix_holds_all():
+    """A big package must not fill the cap alone (networkx once took all 80 places)."""
+    from tools.tiny_pair import package_prompts
+
+    recs = package_prompts.build_records(["networkx", "click", "jinja2"], cap=12)
+    names = [r["module"].split(":")[0] for r in recs]
+    assert len(recs) == 12 and names[:3] == ["networkx", "click", "jinja2"]
+    assert {n: names.count(n) for n in set(names)} == {"networkx": 4, "click": 4, "jinja2": 4}

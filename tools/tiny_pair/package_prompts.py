@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import sys
 from pathlib import Path
 
@@ -32,11 +33,18 @@ def package_dir(name: str) -> Path:
 
 
 def build_records(packages: list[str], cap: int, max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS) -> list[dict]:
-    """Headers of every package's modules (tests skipped), spread evenly over modules."""
-    per_module = []
-    for name in packages:
+    """Headers of every package's modules (tests skipped), an even share per package.
+
+    The packages alternate in the output, so a prefix (``--max-samples``) holds all of
+    them: a large package (networkx has hundreds of modules) would otherwise fill the cap
+    before the others were reached.
+    """
+    shares = [cap // len(packages) + (i < cap % len(packages)) for i in range(len(packages))]
+    chosen = []
+    for name, share in zip(packages, shares):
         root = package_dir(name)
         files = [root] if root.is_file() else sorted(p for p in root.rglob("*.py") if "test" not in p.as_posix().lower())
+        per_module = []
         for path in files:
             try:
                 source = path.read_text(encoding="utf-8")
@@ -45,7 +53,9 @@ def build_records(packages: list[str], cap: int, max_prompt_chars: int = DEFAULT
                 continue
             if found:
                 per_module.append(found)
-    return [c.record() for c in select(per_module, cap)]
+        chosen.append(select(per_module, share))
+    mixed = [c for row in itertools.zip_longest(*chosen) for c in row if c is not None]
+    return [c.record() for c in mixed]
 
 
 def main(argv=None) -> int:
