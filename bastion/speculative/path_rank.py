@@ -11,7 +11,7 @@ give the same paths bit for bit:
 - :func:`_rank_torch`: ``torch.sort`` per round (any device; the reference).
 - :func:`_rank_numpy` (CPU): the same rounds in NumPy.  A round is a handful of tiny
   operations, and on a CPU each torch call costs several microseconds of dispatch, so the
-  fifteen rounds of a DFlash block took 2.4 ms of a ~60 ms step on two cores; NumPy's
+  fifteen rounds of a DFlash block took 2.4 ms of a ~60 ms step on one CPU thread; NumPy's
   calls cost a fraction of that.  A stable ascending argsort of the negated sums is the
   same order as a stable descending sort (negation is exact).
 - :func:`_rank_triton` (CUDA with Triton): each round gives every candidate its place by
