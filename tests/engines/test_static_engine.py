@@ -158,6 +158,9 @@ def test_sampling_follows_the_same_draws():
 
 def test_one_host_sync_per_step(monkeypatch):
     """Only the readback read (plus the prefill's first token) crosses to the host."""
+    # Path ranking takes NumPy only for tensors already on the CPU (no device to wait for);
+    # the torch path is the one a GPU without Triton runs, and the one whose reads count here.
+    monkeypatch.setenv("BASTION_RANK", "torch")
     model = tiny_target(seed=3, scale=2.0)
     target = Target(model)
     drafter = tiny_drafter(model, block_size=8)
