@@ -50,6 +50,13 @@ def smk(work: Path, *args: str, timeout: float = 900, check: bool = True) -> sub
     return res
 
 
+def dry_run_with(work: Path, overlay: Path, yaml_text: str) -> tuple[int, str]:
+    """(exit status, output) of a dry run with ``yaml_text`` written to ``overlay`` on top of config.yaml."""
+    overlay.write_text(yaml_text)
+    res = smk(work, "-n", "--configfile", "config.yaml", str(overlay), check=False)
+    return res.returncode, res.stdout + res.stderr
+
+
 def planned(work: Path, *args: str) -> dict[str, int]:
     """Rule -> number of jobs a dry run would execute ({} when nothing is to be done)."""
     res = smk(work, "-n", "--quiet", "rules", *args)

@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from tests.support.pipeline_support import copy_checkout, planned, smk
+from tests.support.pipeline_support import copy_checkout, dry_run_with, planned, smk
 
 
 @pytest.fixture(scope="module")
@@ -58,11 +58,7 @@ def test_a_multi_turn_cell_writes_all_methods_without_waiting_for_ar(work, tmp_p
 
 def test_eagle3_tree_keys_are_validated(work, tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("experiments:\n  tiny:\n    eagle3_topk: 0\n")
-    res = smk(work, "-n", "--configfile", "config.yaml", str(bad), check=False)
-    out = res.stdout + res.stderr
-    assert res.returncode != 0 and "['tiny']['eagle3_topk']" in out and "0 is less than the minimum of 1" in out
-    bad.write_text("experiments:\n  tiny:\n    decode_jobs: process\n")
-    res = smk(work, "-n", "--configfile", "config.yaml", str(bad), check=False)
-    out = res.stdout + res.stderr
-    assert res.returncode != 0 and "decode_jobs" in out and "'process' is not one of" in out
+    rc, out = dry_run_with(work, bad, "experiments:\n  tiny:\n    eagle3_topk: 0\n")
+    assert rc != 0 and "['tiny']['eagle3_topk']" in out and "0 is less than the minimum of 1" in out
+    rc, out = dry_run_with(work, bad, "experiments:\n  tiny:\n    decode_jobs: process\n")
+    assert rc != 0 and "decode_jobs" in out and "'process' is not one of" in out

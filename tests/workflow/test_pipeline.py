@@ -22,6 +22,7 @@ from bastion.engines.choice import resolve_engine
 from tests.support.pipeline_support import (
     SNAKEMAKE,
     copy_checkout,
+    dry_run_with,
     env,
     hardware_key,
     planned,
@@ -151,18 +152,12 @@ def test_unknown_experiment_fails_before_any_job(work):
 
 def test_bad_dataset_model_and_temperature_in_config_file(work, tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("experiments:\n  tiny:\n    datasets:\n      gsm9k: {max_samples: 2}\n")
-    res = smk(work, "-n", "--configfile", "config.yaml", str(bad), check=False)
-    out = res.stdout + res.stderr
-    assert res.returncode != 0 and "experiments.tiny.datasets.gsm9k" in out and "gsm8k" in out
-    bad.write_text("experiments:\n  tiny:\n    models: [tiny, nope]\n")
-    res = smk(work, "-n", "--configfile", "config.yaml", str(bad), check=False)
-    out = res.stdout + res.stderr
-    assert res.returncode != 0 and "experiments.tiny.models" in out and "unknown model 'nope'" in out
-    bad.write_text("experiments:\n  tiny:\n    temperatures: [zero]\n")
-    res = smk(work, "-n", "--configfile", "config.yaml", str(bad), check=False)
-    out = res.stdout + res.stderr
-    assert res.returncode != 0 and "temperatures" in out and "'zero' is not of type 'number'" in out
+    rc, out = dry_run_with(work, bad, "experiments:\n  tiny:\n    datasets:\n      gsm9k: {max_samples: 2}\n")
+    assert rc != 0 and "experiments.tiny.datasets.gsm9k" in out and "gsm8k" in out
+    rc, out = dry_run_with(work, bad, "experiments:\n  tiny:\n    models: [tiny, nope]\n")
+    assert rc != 0 and "experiments.tiny.models" in out and "unknown model 'nope'" in out
+    rc, out = dry_run_with(work, bad, "experiments:\n  tiny:\n    temperatures: [zero]\n")
+    assert rc != 0 and "temperatures" in out and "'zero' is not of type 'number'" in out
 
 
 def test_paper_experiment_without_network_fails_fast(work):
