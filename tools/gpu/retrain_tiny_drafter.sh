@@ -5,13 +5,14 @@
 #   1. the target's continuations (256 new tokens) of every training-split header, greedy
 #      and once sampled at T = 1, and greedy continuations of 16,384 random training
 #      windows (10% sampled); the validation headers' continuations as validation data;
-#   2. three 2-layer candidates in parallel (a 3-layer drafter would break the 32 MiB
-#      package limit): a (from scratch, as stage 3 of train_tiny_pair.sh), b (fine-tuned
+#   2. 2-layer candidates in parallel (a 3-layer drafter would break the 32 MiB package
+#      limit), one per line of $CANDIDATES (name, then dflash.train arguments).  The default
+#      is session 6's three: a (from scratch, as stage 3 of train_tiny_pair.sh), b (fine-tuned
 #      from the shipped drafter at a lower rate), c (from scratch, 1.5x the tokens a step).
 # Run from the repository root with the CPU-built build/ (train_prompts.jsonl,
 # valid_prompts.jsonl, train.txt.gz; docs/tiny-pair.md, steps 1-2):
 #   OUT=out bash tools/gpu/retrain_tiny_drafter.sh
-# Writes into $OUT: logs.tgz and drafters.tgz (bf16 candidates a, b, c).
+# Writes into $OUT: logs.tgz and drafter_<name>.tgz, one per bf16 candidate.
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=4
 OUT=${OUT:-$PWD/gpu_out}; W=${WORK:-/tmp/tiny}; C=${BUILD:-build}; L=$W/logs
@@ -49,13 +50,19 @@ train() { name=$1; shift; timeout $((TRAIN_SECONDS+60)) python -m dflash.train -
   --out $W/$name --block-size 16 --target-layer-ids $TAPS --steps 12000 --seq-len 512 --doc-windows \
   --max-seconds $TRAIN_SECONDS --time-schedule --save-every 100000 --log-every 500 --val-batches 32 --no-progress "$@" \
   > "$L/drafter_$name.log" 2>&1; }
-train a --draft-layers 2 --batch-size 32 --anchors-per-seq 32 --lr 8e-4 --seed 1 &
-train b --init-from $D0 --batch-size 32 --anchors-per-seq 32 --lr 3e-4 --warmup-steps 200 --seed 2 &
-train c --draft-layers 2 --batch-size 48 --anchors-per-seq 32 --lr 1e-3 --seed 3 &
+# one candidate a line: "name dflash.train arguments"; the later of a repeated flag wins
+CANDIDATES=${CANDIDATES:-"a --draft-layers 2 --batch-size 32 --anchors-per-seq 32 --lr 8e-4 --seed 1
+b --init-from $D0 --batch-size 32 --anchors-per-seq 32 --lr 3e-4 --warmup-steps 200 --seed 2
+c --draft-layers 2 --batch-size 48 --anchors-per-seq 32 --lr 1e-3 --seed 3"}
+NAMES=""
+while read -r name args; do
+  [ -n "$name" ] || continue; NAMES="$NAMES $name"
+  eval "train $name $args" &
+done <<< "$CANDIDATES"
 wait
-stage drafters 0 $((SECONDS-t)); for n in a b c; do echo "-- $n"; tail -n 8 $L/drafter_$n.log; done
+stage drafters 0 $((SECONDS-t)); for n in $NAMES; do echo "-- $n"; tail -n 8 $L/drafter_$n.log; done
 mkdir -p $W/ship
-for n in a b c; do
+for n in $NAMES; do
   [ -d $W/$n/drafter ] || continue
   python - $W/$n/drafter $W/ship/$n <<'PY'
 import sys, torch
@@ -67,5 +74,5 @@ PY
   cp $W/$n/train_log.jsonl $L/train_log_$n.jsonl
 done
 tar czf "$OUT/logs.tgz" -C $W logs
-tar czf "$OUT/drafters.tgz" -C $W ship
+for n in $NAMES; do [ -d $W/ship/$n ] && tar czf "$OUT/drafter_$n.tgz" -C $W/ship $n; done  # one file each: a call returns files of limited size
 ls -la "$OUT"
