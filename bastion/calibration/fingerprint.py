@@ -14,9 +14,10 @@ import re
 import socket
 import subprocess
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 #: Fields that must match between a calibration and the run that uses it.
 COMPARED = ("device_name", "driver", "cuda", "torch", "transformers", "dtype", "attn_impl", "engine", "bastion")
@@ -52,29 +53,50 @@ def _nvidia_driver() -> str:
 
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
+        import torch
+
         return torch.cuda.get_device_name(device)
     return _cpu_name()
 
 
 def collect(device: torch.device | str, dtype: torch.dtype, attn_impl: str, engine: str = "eager") -> dict[str, Any]:
     """The fingerprint of this process on ``device``."""
-    # the installed Transformers' version, without importing it (seconds)
-    from importlib.metadata import version
-
-    from bastion import __version__
+    import torch
 
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     cuda = device.type == "cuda"
+    return assemble(
+        device.type, device_name(device), driver=_nvidia_driver() if cuda else "none",
+        cuda=torch.version.cuda if cuda else "none", torch_version=torch.__version__,
+        dtype=str(dtype).removeprefix("torch."), attn_impl=attn_impl, engine=engine,
+    )
+
+
+def cpu_collect(torch_version: str, dtype: str, attn_impl: str, engine: str) -> dict[str, Any]:
+    """What :func:`collect` answers on the CPU, from torch's version string and a dtype's name
+    (``float32``...), without importing torch (:mod:`bastion.calibration.planning`)."""
+    return assemble("cpu", _cpu_name(), driver="none", cuda="none", torch_version=torch_version,
+                    dtype=dtype, attn_impl=attn_impl, engine=engine)
+
+
+def assemble(device_type: str, name: str, *, driver: str, cuda: str, torch_version: str, dtype: str,
+             attn_impl: str, engine: str) -> dict[str, Any]:
+    """The fingerprint's fields, in their order, with this process's package versions and host."""
+    # the installed Transformers' version, without importing it (seconds)
+    from importlib.metadata import version
+
+    from bastion import __version__
+
     return {
-        "device_type": device.type,
-        "device_name": device_name(device),
-        "driver": _nvidia_driver() if cuda else "none",
-        "cuda": torch.version.cuda if cuda else "none",
-        "torch": torch.__version__,
+        "device_type": device_type,
+        "device_name": name,
+        "driver": driver,
+        "cuda": cuda,
+        "torch": torch_version,
         "transformers": version("transformers"),
-        "dtype": str(dtype).removeprefix("torch."),
+        "dtype": dtype,
         "attn_impl": attn_impl,
         "engine": engine,
         "bastion": __version__,
