@@ -4,7 +4,9 @@ Calibration is split into three jobs per (hardware, model) so each result is cac
 inspectable on its own: the device's ceilings and fingerprint, the latency grid with the
 fitted cost model, and the step overheads that complete a :class:`Calibration` file in
 the same format the CLI writes.  Each stage re-checks that it runs on the device and
-software stack of the stage before it.
+software stack of the stage before it.  For small models, where a job's start-up (imports,
+CUDA, compilation) costs more than its measurements, :func:`calibrate_all` runs the same
+stages in one process and writes the same files.
 """
 
 from __future__ import annotations
@@ -124,3 +126,25 @@ def profile_constants(out: str, model_name: str, model_json: str, latency_json: 
     )
     cal.save(out)
     return cal
+
+
+def calibrate_all(hardware_out: str, classes: Sequence[tuple[str, str, float]], hardware_key: str, pattern: str | None,
+                  model_name: str, model_json: str, grid_name: str, device: str, dtype: str, attn_impl: str,
+                  engine: str, n_min: int, seed: int = 0, datasets: Sequence[str] = (), max_new_tokens: int = 0,
+                  max_heldout_mape: float | None = MAX_HELDOUT_MAPE) -> list[Calibration]:
+    """Every stage in one process: the hardware file, then per temperature class a latency
+    grid and its calibration file.
+
+    ``classes`` holds (latency grid path, calibration path, probe temperature) per class.
+    The files are the ones the three-job chain writes, each after the one it depends on, so
+    a kill keeps what was finished and decode jobs read either layout alike.
+    """
+    measure_hardware(hardware_out, hardware_key, pattern, device, dtype, attn_impl, engine)
+    calibrations = []
+    for latency_out, calibration_out, temperature in classes:
+        calibrate_latency(latency_out, model_json, hardware_out, grid_name, device, dtype, attn_impl, engine,
+                          datasets=datasets, max_new_tokens=max_new_tokens, temperature=temperature,
+                          max_heldout_mape=max_heldout_mape)
+        calibrations.append(profile_constants(calibration_out, model_name, model_json, latency_out, device, dtype,
+                                              attn_impl, engine, n_min, seed))
+    return calibrations

@@ -1,6 +1,6 @@
 """A cell: every method of one (model, dataset, temperature) decoded in one process.
 
-The pipeline's ``decode_cell`` jobs run one :class:`~bastion.runs.run.DecodeRun` per
+The pipeline's ``decode_cell`` (and ``decode_model``) jobs run one :class:`~bastion.runs.run.DecodeRun` per
 method, each writing its own output, records and run key exactly as the per-method
 ``decode`` job would, through one :class:`~bastion.runs.session.Session`: the target,
 the drafters and the engine (with its buffers and graphs) load once per cell instead of

@@ -1,9 +1,10 @@
 """How decoding is split into jobs (`decode_jobs`), from Snakemake's own dry runs (no job runs).
 
-- `tiny` (`decode_jobs: cell`): one `decode_cell` job per (hardware, model, dataset,
-  temperature) writes every method's file; no per-method `decode` job.
+- `tiny` (`decode_jobs: model`): one `decode_model` job per (hardware, model,
+  temperature) writes every dataset's and method's file; with `decode_jobs: cell`, one
+  `decode_cell` job per dataset; never a per-method `decode` job.
 - `paper` (`decode_jobs: method`): one `decode` job per method, cached and rerun alone.
-- `cell` with `shards` > 1 is refused before any job, naming both keys and the fix.
+- `model` or `cell` with `shards` > 1 is refused before any job, naming both keys and the fix.
 """
 
 from __future__ import annotations
@@ -20,9 +21,19 @@ def work(tmp_path_factory):
     return copy_checkout(tmp_path_factory.mktemp("decode-jobs"))
 
 
-def test_tiny_plans_one_cell_job_per_dataset(work):
+def test_tiny_plans_one_decode_job_and_one_calibration_job(work, tmp_path):
     plan = planned(work, "--", "figures/speedup_table.pdf")
-    assert plan.get("decode_cell") == 2 and "decode" not in plan  # 2 datasets x 1 temperature, 7 methods each
+    assert plan.get("decode_model") == 1 and "decode_cell" not in plan and "decode" not in plan
+    assert plan.get("calibrate_model") == 1 and "calibrate_latency" not in plan and "measure_hardware" not in plan
+    dry = smk(work, "-n", "--", "figures/speedup_table.pdf").stdout
+    block = next(b for b in re.split(r"\n(?=rule )", dry) if b.startswith("rule decode_model:"))
+    outputs = re.search(r"\n\s+output: (.*)", block).group(1).split(",")
+    assert len(outputs) == 2 * 7  # both datasets x (ar, eagle3, dflash, bastion, three fixed budgets)
+    overlay = tmp_path / "cell.yaml"
+    overlay.write_text("experiments:\n  tiny:\n    decode_jobs: cell\n    calibration_jobs: chain\n")
+    plan = planned(work, "--configfile", "config.yaml", str(overlay), "--", "figures/speedup_table.pdf")
+    assert plan.get("decode_cell") == 2 and "decode_model" not in plan  # 2 datasets x 1 temperature, 7 methods each
+    assert plan.get("measure_hardware") == 1 and plan.get("calibrate_latency") == 1 and plan.get("profile_constants") == 1
 
 
 def test_paper_keeps_one_job_per_method(work):
@@ -35,7 +46,7 @@ def test_cell_and_shards_are_refused_before_any_job(work):
     out = res.stdout + res.stderr
     assert res.returncode != 0
     line = next(ln for ln in out.splitlines() if "do not combine" in ln)
-    assert "experiments.tiny.decode_jobs: cell" in line and "shards: 2" in line
+    assert "experiments.tiny.decode_jobs: model" in line and "shards: 2" in line
     assert "set `shards: 1` or `decode_jobs: method`" in line
 
 

@@ -87,8 +87,8 @@ def test_lint_and_paper_plan_without_network(work):
 
 def test_fingerprint_change_reruns_calibration_and_decoding(work):
     plan = planned(work, "--config", "attn_impl=eager", "--", "figures/speedup_table.pdf")
-    # one cell job per dataset (tiny's `decode_jobs: cell`), each decoding all seven methods
-    assert plan.get("calibrate_latency") == 1 and plan.get("profile_constants") == 1 and plan.get("decode_cell") == 2
+    # tiny calibrates in one job (`calibration_jobs: one`) and decodes both datasets' seven methods in one
+    assert plan.get("calibrate_model") == 1 and plan.get("decode_model") == 1
     assert "prepare_dataset" not in plan and "fetch_model" not in plan and "decode" not in plan
 
 
@@ -98,7 +98,7 @@ def test_library_source_change_reruns_calibration_and_decoding(work):
     try:
         src.write_bytes(original + b"\n# an edit to the tree code\n")
         plan = planned(work, "--", "figures/speedup_table.pdf")
-        assert plan.get("calibrate_latency") == 1 and plan.get("decode_cell") == 2
+        assert plan.get("calibrate_model") == 1 and plan.get("decode_model") == 1
         assert "prepare_dataset" not in plan
     finally:
         src.write_bytes(original)
@@ -113,12 +113,12 @@ def test_code_hashes_follow_subpackage_folders(work):
         report_mod.write_text("X = 1\n")
         plan = planned(work, "--", "figures/speedup_table.pdf")
         assert plan.get("make_speedup_table") == 1 and plan.get("aggregate_results") == 1
-        assert "decode_cell" not in plan and "calibrate_latency" not in plan
+        assert "decode_model" not in plan and "calibrate_model" not in plan
         report_mod.unlink()
         new_pkg.mkdir()
         (new_pkg / "__init__.py").write_text("")
         plan = planned(work, "--", "figures/speedup_table.pdf")
-        assert plan.get("calibrate_latency") == 1 and plan.get("decode_cell") == 2
+        assert plan.get("calibrate_model") == 1 and plan.get("decode_model") == 1
     finally:
         report_mod.unlink(missing_ok=True)
         if new_pkg.exists():
@@ -127,22 +127,20 @@ def test_code_hashes_follow_subpackage_folders(work):
     assert planned(work, "--", "figures/speedup_table.pdf") == {}
 
 
-def test_sample_count_change_reruns_that_dataset_only(work, tmp_path):
+def test_sample_count_change_reruns_decoding_only(work, tmp_path):
+    """tiny decodes both datasets in one job, so a sample count reruns that job, and no calibration or data."""
     overlay = tmp_path / "overlay.yaml"
     overlay.write_text("experiments:\n  tiny:\n    datasets:\n      humaneval-pkg: {max_samples: 8}\n"
                        "      stdlib-heldout: {max_samples: 5}\n")
     plan = planned(work, "--configfile", "config.yaml", str(overlay), "--", "figures/speedup_table.pdf")
-    assert plan.get("decode_cell") == 1  # the cell of stdlib-heldout (its seven methods), nothing of humaneval-pkg
-    assert "prepare_dataset" not in plan and "calibrate_latency" not in plan
-    dry = smk(work, "-n", "--configfile", "config.yaml", str(overlay), "--", "figures/speedup_table.pdf")
-    assert "humaneval-pkg/t0" not in "".join(l for l in dry.stdout.splitlines() if l.strip().startswith("output:"))
+    assert plan == {"decode_model": 1, "aggregate_results": 1, "make_speedup_table": 1}
 
 
 def test_eagle3_tree_change_reruns_decoding_only(work, tmp_path):
     overlay = tmp_path / "tree.yaml"
     overlay.write_text("experiments:\n  tiny:\n    eagle3_depth: 5\n")
     plan = planned(work, "--configfile", "config.yaml", str(overlay), "--", "figures/speedup_table.pdf")
-    assert plan == {"decode_cell": 2, "aggregate_results": 1, "make_speedup_table": 1}
+    assert plan == {"decode_model": 1, "aggregate_results": 1, "make_speedup_table": 1}
 
 
 def test_unknown_experiment_fails_before_any_job(work):
@@ -171,32 +169,32 @@ def test_paper_experiment_without_network_fails_fast(work):
     assert time.monotonic() - t0 < 120
 
 
-def _stamps(folder):
-    return {p: p.stat().st_mtime_ns for p in folder.glob("*.jsonl")}
-
-
-def test_killed_cell_job_resumes_each_method_without_loss_or_duplicates(work):
-    """Deleting one method's file reruns its cell only; a kill mid-cell loses no finished method or prompt."""
+def test_killed_decode_job_resumes_each_method_without_loss_or_duplicates(work):
+    """Deleting one method's file reruns the decode job; a kill mid-job loses no finished method or prompt."""
     hw = hardware_key(work)
-    cell = work / "results" / hw / "tiny" / "stdlib-heldout" / "t0"
-    target = f"results/{hw}/tiny/stdlib-heldout/t0/dflash.jsonl"
-    before = {p.name: [(r["prompt_index"], r["turn"], r["output_ids"]) for r in map(json.loads, open(p))]
-              for p in cell.glob("*.jsonl")}
-    assert len(before) == 7
-    other = _stamps(work / "results" / hw / "tiny" / "humaneval-pkg" / "t0")
+    results = work / "results" / hw / "tiny"
+    cell = results / "humaneval-pkg" / "t0"  # the job's first dataset
+    target = f"results/{hw}/tiny/humaneval-pkg/t0/dflash.jsonl"
+
+    def records():
+        return {str(p.relative_to(results)): [(r["prompt_index"], r["turn"], r["output_ids"]) for r in map(json.loads, open(p))]
+                for p in results.glob("*/t0/*.jsonl")}
+
+    before = records()
+    assert len(before) == 2 * 7
     (work / target).unlink()
-    assert planned(work, "--", target) == {"decode_cell": 1}
+    assert planned(work, "--", target) == {"decode_model": 1}
     partial = work / f"{target}.partial"
     proc = subprocess.Popen([*SNAKEMAKE, "--cores", "1", target], cwd=work, env=env(work),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 420
-        while time.monotonic() < deadline:  # AR and EAGLE-3 run first in the cell, then dflash
+        while time.monotonic() < deadline:  # AR and EAGLE-3 run first, then dflash
             if partial.exists() and len({json.loads(l)["prompt_index"] for l in partial.read_text().splitlines()}) >= 2:
                 break
             time.sleep(0.05)
         else:
-            raise AssertionError("the cell job never wrote two dflash prompts")
+            raise AssertionError("the decode job never wrote two dflash prompts")
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the whole job, mid-prompt
         proc.wait()
@@ -204,14 +202,11 @@ def test_killed_cell_job_resumes_each_method_without_loss_or_duplicates(work):
     done_before = len(partial.read_text().splitlines())
     smk(work, "--unlock")  # the killed snakemake left its lock behind
     smk(work, "--cores", "1", "--rerun-incomplete", target)
-    log = (work / f"logs/decode_cell/{hw}/tiny/stdlib-heldout/t0.log").read_text()
+    log = (work / f"logs/decode_model/{hw}/tiny/t0.log").read_text()
     assert log.count("[resume] 8 of 8 prompts already done") == 2, log[-3000:]  # AR and EAGLE-3, from their records
     assert re.search(r"\[resume\] [2-7] of 8 prompts already done in \S*dflash", log), log[-3000:]
-    after = {p.name: [(r["prompt_index"], r["turn"], r["output_ids"]) for r in map(json.loads, open(p))]
-             for p in cell.glob("*.jsonl")}
-    assert after == before  # every method's file, none lost, none twice, same tokens
-    assert not list(cell.glob("*.partial")) and done_before >= 2
-    assert _stamps(work / "results" / hw / "tiny" / "humaneval-pkg" / "t0") == other  # the other cell is untouched
+    assert records() == before  # every method's file, none lost, none twice, same tokens
+    assert not list(results.glob("*/t0/*.partial")) and done_before >= 2
 
 
 def test_sharded_cell_merges_to_the_same_records(work, tmp_path):
@@ -235,7 +230,7 @@ def test_hardware_switch_reruns_only_the_new_key(work):
     keys = 'hardware_keys={"alt-cpu": {"device_pattern": "."}}'
     stamp = {p: p.stat().st_mtime_ns for p in (work / "results").rglob("*") if p.is_file()}
     plan = planned(work, "--config", "hardware=alt-cpu", keys, "--", "figures/speedup_table.pdf")
-    assert plan.get("measure_hardware") == 1 and plan.get("calibrate_latency") == 1 and plan.get("decode_cell") == 2
+    assert plan.get("calibrate_model") == 1 and plan.get("decode_model") == 1
     assert plan.get("aggregate_results") == 1 and plan.get("make_speedup_table") == 1
     assert "prepare_dataset" not in plan and "fetch_model" not in plan
     smk(work, "--cores", "2", "--config", "hardware=alt-cpu", keys, "--", "figures/speedup_table.pdf")
@@ -270,7 +265,7 @@ def test_engine_switch_recalibrates_and_decodes_the_same_tokens(work, tmp_path):
     overlay.write_text("experiments:\n  tiny:\n    decode_jobs: method\n")
     switch = ["--configfile", "config.yaml", str(overlay), "--config", f"engine={other}", "--", target]
     plan = planned(work, *switch)
-    assert plan.get("calibrate_latency") == 1 and plan.get("profile_constants") == 1 and plan.get("decode") == 1
+    assert plan.get("calibrate_model") == 1 and plan.get("decode") == 1
     smk(work, "--cores", "1", *switch)
     records = [json.loads(line) for line in open(cell)]
     assert {(r["prompt_index"], r["turn"]): r["output_ids"] for r in records} == before

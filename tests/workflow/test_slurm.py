@@ -28,8 +28,8 @@ PROFILE = REPO / "profiles" / "slurm"
 # poll every second instead of the plugin's default 40 s first wait; keep job logs
 FAST = ["--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "1",
         "--slurm-keep-successful-logs"]
-# tiny decodes one cell job per dataset (`decode_jobs: cell`)
-GPU_RULES = ("measure_hardware", "calibrate_latency", "profile_constants", "decode_cell")
+# tiny calibrates in one job (`calibration_jobs: one`) and decodes in one (`decode_jobs: model`)
+GPU_RULES = ("calibrate_model", "decode_model")
 
 
 def slurm_smk(work: Path, *args: str, limit: int = 1200, fast: bool = True) -> tuple[int, str]:
@@ -97,7 +97,7 @@ def test_outputs_equal_a_local_run(runs):
         assert ours == theirs, rel
 
 
-def _decode_job_id(rule: str = "decode_cell") -> str | None:
+def _decode_job_id(rule: str = "decode_model") -> str | None:
     res = subprocess.run(["squeue", "-h", "-o", "%i|%k|%T"], capture_output=True, text=True, timeout=15)
     for line in res.stdout.splitlines():
         jobid, comment, state = (line.split("|") + ["", "", ""])[:3]
@@ -117,7 +117,7 @@ def test_scancelled_decode_job_finishes_on_the_next_invocation(runs, slurm):
            *FAST, "--retries", "0", *_partition_args(slurm), "--", target]
     proc = subprocess.Popen(cmd, cwd=remote, env=env(remote), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     jobid = None
-    deadline = time.monotonic() + 420  # the cell decodes ar, eagle3 and dflash before bastion
+    deadline = time.monotonic() + 420  # the job decodes ar, eagle3 and dflash of humaneval-pkg before bastion
     while time.monotonic() < deadline:
         jobid = jobid or _decode_job_id()
         if jobid and partial.exists() and len({json.loads(l)["prompt_index"] for l in partial.read_text().splitlines()}) >= 2:
@@ -130,7 +130,7 @@ def test_scancelled_decode_job_finishes_on_the_next_invocation(runs, slurm):
     assert not (remote / target).exists() and partial.exists()
     rc, out = slurm_smk(remote, *_partition_args(slurm), "--", target)
     assert rc == 0, out[-6000:]
-    log = (remote / f"logs/decode_cell/{hw}/tiny/humaneval-pkg/t0.log").read_text()
+    log = (remote / f"logs/decode_model/{hw}/tiny/t0.log").read_text()
     assert re.search(r"\[resume\] [2-7] of 8 prompts already done in \S*/bastion\.jsonl\.partial", log), log[-2000:]
     after = [json.loads(l) for l in (remote / target).read_text().splitlines()]
     assert sorted(r["prompt_index"] for r in after) == list(range(8))
@@ -144,7 +144,7 @@ def test_unknown_partition_fails_clearly_not_hangs(runs):
     (remote / target).unlink()
     t0 = time.monotonic()
     # the profile as users get it (no fast polling), with a partition the cluster lacks
-    rc, out = slurm_smk(remote, "--set-resources", "decode_cell:slurm_partition='nope'", "--", target, limit=300, fast=False)
+    rc, out = slurm_smk(remote, "--set-resources", "decode_model:slurm_partition='nope'", "--", target, limit=300, fast=False)
     assert rc not in (124, 137), f"snakemake hung on a bad partition:\n{out[-3000:]}"
     assert rc != 0 and time.monotonic() - t0 < 120
     assert "SLURM sbatch failed" in out and re.search(r"invalid partition.*nope", out, re.I), out[-3000:]

@@ -21,6 +21,7 @@ stage e2e $? $((SECONDS - t))
 cp figures/speedup_table.md "$OUT/" 2>/dev/null
 tar czf "$OUT/e2e_logs.tgz" logs results/*/aggregate figures/*.md 2>/dev/null
 cd "$SRC"; t=$SECONDS
+[ "${E3_LIMIT:-150}" = 0 ] && { ls -la "$OUT"; exit 0; }  # E3_LIMIT=0: the pipeline only
 timeout ${E3_LIMIT:-150} python3 -m bastion.benchmark --model tiny --dataset stdlib-heldout --max-samples 16 --max-new-tokens 128 \
   --methods ar,eagle3 --output "$OUT/tiny_eagle3.jsonl" > "$OUT/tiny_eagle3.log" 2>&1
 stage "tiny eagle3 cli" $? $((SECONDS - t)); grep -A5 "^=====" "$OUT/tiny_eagle3.log" | head -7

@@ -1,89 +1,131 @@
 # Calibration: one chain of jobs per (hardware, model), on the device that will decode, and
 # per temperature class: {tclass} is "" (greedy probes and overheads) or "_sampled" (T > 0).
+# With `calibration_jobs: one` (small models) a single job runs the whole chain and writes
+# the same files.
 
 
-rule measure_hardware:
-    input:
-        model="results/models/{model}.json",
-    output:
-        "results/{hardware}/{model}/hardware.json",
-    params:
-        pattern=HW_PATTERN,
-        device=EXP.get("device", "auto"),
-        dtype=EXP.get("dtype", "auto"),
-        attn_impl=config["attn_impl"],
-        engine=config["engine"],
-        software=SOFTWARE,
-        code=CODE_DECODE,
-    resources:
-        **gpu_resources(),
-    log:
-        "logs/measure_hardware/{hardware}/{model}.log",
-    benchmark:
-        "logs/benchmarks/measure_hardware/{hardware}/{model}.tsv"
-    conda:
-        "../../envs/bastion.yaml"
-    script:
-        "../scripts/measure_hardware.py"
+if CALIBRATION_JOBS == "one":
+
+    rule calibrate_model:
+        input:
+            model="results/models/{model}.json",
+            datasets=expand("results/datasets/{dataset}.jsonl", dataset=DATASETS),
+        output:
+            hardware="results/{hardware}/{model}/hardware.json",
+            latency=[
+                report(path, caption="../report/latency_grid.rst", category="Calibration")
+                for path in expand("results/{{hardware}}/{{model}}/latency_grid{tclass}.json", tclass=TCLASSES)
+            ],
+            calibration=expand("results/{{hardware}}/{{model}}/calibration{tclass}.json", tclass=TCLASSES),
+        params:
+            pattern=HW_PATTERN,
+            grid=EXP.get("calibration_grid", "paper"),
+            max_new_tokens=EXP["max_new_tokens"],
+            temperatures=[SAMPLED_CALIBRATION_T if tclass else 0.0 for tclass in TCLASSES],
+            accept_error=config.get("accept_calibration_error", False),
+            device=EXP.get("device", "auto"),
+            dtype=EXP.get("dtype", "auto"),
+            attn_impl=config["attn_impl"],
+            engine=config["engine"],
+            n_min=EXP.get("n_min", N_MIN),
+            seed=config["seed"],
+            software=SOFTWARE,
+            code=CODE_DECODE,
+        resources:
+            **gpu_resources(),
+        log:
+            "logs/calibrate_model/{hardware}/{model}.log",
+        benchmark:
+            "logs/benchmarks/calibrate_model/{hardware}/{model}.tsv"
+        conda:
+            "../../envs/bastion.yaml"
+        script:
+            "../scripts/calibrate_model.py"
+
+else:
+
+    rule measure_hardware:
+        input:
+            model="results/models/{model}.json",
+        output:
+            "results/{hardware}/{model}/hardware.json",
+        params:
+            pattern=HW_PATTERN,
+            device=EXP.get("device", "auto"),
+            dtype=EXP.get("dtype", "auto"),
+            attn_impl=config["attn_impl"],
+            engine=config["engine"],
+            software=SOFTWARE,
+            code=CODE_DECODE,
+        resources:
+            **gpu_resources(),
+        log:
+            "logs/measure_hardware/{hardware}/{model}.log",
+        benchmark:
+            "logs/benchmarks/measure_hardware/{hardware}/{model}.tsv"
+        conda:
+            "../../envs/bastion.yaml"
+        script:
+            "../scripts/measure_hardware.py"
 
 
-rule calibrate_latency:
-    input:
-        model="results/models/{model}.json",
-        hardware="results/{hardware}/{model}/hardware.json",
-        # the grid's contexts reach the experiment's longest prompt plus max_new_tokens
-        datasets=expand("results/datasets/{dataset}.jsonl", dataset=DATASETS),
-    output:
-        report(
-            "results/{hardware}/{model}/latency_grid{tclass}.json",
-            caption="../report/latency_grid.rst",
-            category="Calibration",
-        ),
-    params:
-        grid=EXP.get("calibration_grid", "paper"),
-        max_new_tokens=EXP["max_new_tokens"],
-        temperature=lambda wildcards: SAMPLED_CALIBRATION_T if wildcards.tclass else 0.0,
-        accept_error=config.get("accept_calibration_error", False),
-        device=EXP.get("device", "auto"),
-        dtype=EXP.get("dtype", "auto"),
-        attn_impl=config["attn_impl"],
-        engine=config["engine"],
-        software=SOFTWARE,
-        code=CODE_DECODE,
-    resources:
-        **gpu_resources(),
-    log:
-        "logs/calibrate_latency/{hardware}/{model}{tclass}.log",
-    benchmark:
-        "logs/benchmarks/calibrate_latency/{hardware}/{model}{tclass}.tsv"
-    conda:
-        "../../envs/bastion.yaml"
-    script:
-        "../scripts/calibrate_latency.py"
+    rule calibrate_latency:
+        input:
+            model="results/models/{model}.json",
+            hardware="results/{hardware}/{model}/hardware.json",
+            # the grid's contexts reach the experiment's longest prompt plus max_new_tokens
+            datasets=expand("results/datasets/{dataset}.jsonl", dataset=DATASETS),
+        output:
+            report(
+                "results/{hardware}/{model}/latency_grid{tclass}.json",
+                caption="../report/latency_grid.rst",
+                category="Calibration",
+            ),
+        params:
+            grid=EXP.get("calibration_grid", "paper"),
+            max_new_tokens=EXP["max_new_tokens"],
+            temperature=lambda wildcards: SAMPLED_CALIBRATION_T if wildcards.tclass else 0.0,
+            accept_error=config.get("accept_calibration_error", False),
+            device=EXP.get("device", "auto"),
+            dtype=EXP.get("dtype", "auto"),
+            attn_impl=config["attn_impl"],
+            engine=config["engine"],
+            software=SOFTWARE,
+            code=CODE_DECODE,
+        resources:
+            **gpu_resources(),
+        log:
+            "logs/calibrate_latency/{hardware}/{model}{tclass}.log",
+        benchmark:
+            "logs/benchmarks/calibrate_latency/{hardware}/{model}{tclass}.tsv"
+        conda:
+            "../../envs/bastion.yaml"
+        script:
+            "../scripts/calibrate_latency.py"
 
 
-rule profile_constants:
-    input:
-        model="results/models/{model}.json",
-        latency="results/{hardware}/{model}/latency_grid{tclass}.json",
-    output:
-        "results/{hardware}/{model}/calibration{tclass}.json",
-    params:
-        device=EXP.get("device", "auto"),
-        dtype=EXP.get("dtype", "auto"),
-        attn_impl=config["attn_impl"],
-        engine=config["engine"],
-        n_min=EXP.get("n_min", N_MIN),
-        seed=config["seed"],
-        software=SOFTWARE,
-        code=CODE_DECODE,
-    resources:
-        **gpu_resources(),
-    log:
-        "logs/profile_constants/{hardware}/{model}{tclass}.log",
-    benchmark:
-        "logs/benchmarks/profile_constants/{hardware}/{model}{tclass}.tsv"
-    conda:
-        "../../envs/bastion.yaml"
-    script:
-        "../scripts/profile_constants.py"
+    rule profile_constants:
+        input:
+            model="results/models/{model}.json",
+            latency="results/{hardware}/{model}/latency_grid{tclass}.json",
+        output:
+            "results/{hardware}/{model}/calibration{tclass}.json",
+        params:
+            device=EXP.get("device", "auto"),
+            dtype=EXP.get("dtype", "auto"),
+            attn_impl=config["attn_impl"],
+            engine=config["engine"],
+            n_min=EXP.get("n_min", N_MIN),
+            seed=config["seed"],
+            software=SOFTWARE,
+            code=CODE_DECODE,
+        resources:
+            **gpu_resources(),
+        log:
+            "logs/profile_constants/{hardware}/{model}{tclass}.log",
+        benchmark:
+            "logs/benchmarks/profile_constants/{hardware}/{model}{tclass}.tsv"
+        conda:
+            "../../envs/bastion.yaml"
+        script:
+            "../scripts/profile_constants.py"

@@ -15,6 +15,7 @@ from pathlib import Path
 from snakemake.utils import validate
 
 import bastion.data.registry as bds
+from bastion.calibration import fingerprint, planning
 from bastion.defaults import ABLATION_PREFIX, BASELINE, MULTI_TURN_DATASETS, N_MAX, N_MIN, TOPK, ablation_method, temperature_dir
 from bastion.defaults import EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS
 from bastion.defaults import METHODS as ALL_METHODS
@@ -57,10 +58,11 @@ def _check_config():
             )
     if exp.get("n_min", N_MIN) > exp.get("n_max", N_MAX):
         raise ConfigError(f"config keys `{where}.n_min`/`n_max`: n_min {exp['n_min']} > n_max {exp['n_max']}")
-    if exp.get("decode_jobs", "method") == "cell" and int(config["shards"]) > 1:
+    jobs = exp.get("decode_jobs", "method")
+    if jobs != "method" and int(config["shards"]) > 1:
         raise ConfigError(
-            f"config keys `{where}.decode_jobs: cell` and `shards: {config['shards']}` do not combine (a cell job "
-            "decodes all methods in one process, unsplit); set `shards: 1` or `decode_jobs: method`"
+            f"config keys `{where}.decode_jobs: {jobs}` and `shards: {config['shards']}` do not combine (a {jobs} job "
+            "decodes all its methods in one process, unsplit); set `shards: 1` or `decode_jobs: method`"
         )
     return exp
 
@@ -68,13 +70,25 @@ def _check_config():
 EXP = _check_config()
 EXPERIMENT = config["experiment"]
 # `method`: one decode job per (hardware, model, dataset, temperature, method); `cell`: one
-# per (hardware, model, dataset, temperature) that decodes all its methods in one process
+# per (hardware, model, dataset, temperature) that decodes all its methods in one process;
+# `model`: one per (hardware, model, temperature), every dataset and method in one process
 DECODE_JOBS = EXP.get("decode_jobs", "method")
+# `chain`: measure_hardware, calibrate_latency and profile_constants as three jobs;
+# `one`: calibrate_model runs them in one process (small models, where start-up dominates)
+CALIBRATION_JOBS = EXP.get("calibration_jobs", "chain")
+
+
+# torch's build, read without importing torch: a build without CUDA and ROCm runs on the
+# CPU for certain, and then the hardware key and fingerprint need no torch (seconds saved)
+TORCH_BUILD = planning.torch_build()
+CPU_ONLY = TORCH_BUILD is not None and TORCH_BUILD.cpu_only
 
 
 def _detect_hardware():
     if config["hardware"] != "auto":
         return config["hardware"]
+    if CPU_ONLY:
+        return planning.cpu_key()
     from bastion.calibration.hardware import detect_key
 
     # a GPU experiment planned on a machine without one (a login node) keys by this machine
@@ -88,17 +102,25 @@ GPU_MODEL = config.get("hardware_keys", {}).get(HW, {}).get("slurm_gpu_model")
 
 def _software_fingerprint():
     """The compared fingerprint fields of this stack; a change reruns calibration and decoding."""
+    fp = None
+    if TORCH_BUILD is not None and (CPU_ONLY or EXP.get("device", "auto") == "cpu"):
+        # the CPU's fingerprint needs only torch's version string
+        fp = planning.cpu_fingerprint(TORCH_BUILD, EXP.get("dtype", "auto"), config["attn_impl"], config["engine"])
+    fp = fp or _torch_fingerprint()
+    return ";".join(f"{k}={fp[k]}" for k in fingerprint.COMPARED)
+
+
+def _torch_fingerprint():
     import torch
 
-    from bastion.calibration import fingerprint
-    from bastion.engines.factory import resolve_engine
+    # engine names only: engines.factory would load the models' code and Transformers (seconds)
+    from bastion.engines.choice import resolve_engine
 
     want_cuda = EXP.get("device", "auto") != "cpu" and torch.cuda.is_available()
     device = torch.device("cuda" if want_cuda else "cpu")
     dtype = {"auto": torch.bfloat16 if want_cuda else torch.float32}.get(EXP.get("dtype", "auto"))
     dtype = dtype or getattr(torch, EXP["dtype"])
-    fp = fingerprint.collect(device, dtype, config["attn_impl"], resolve_engine(config["engine"], device))
-    return ";".join(f"{k}={fp[k]}" for k in fingerprint.COMPARED)
+    return fingerprint.collect(device, dtype, config["attn_impl"], resolve_engine(config["engine"], device))
 
 
 SOFTWARE = _software_fingerprint()
@@ -215,13 +237,25 @@ def calibration_class(temperature):
     return "_sampled" if float(temperature) > 0 else ""
 
 
-def cell_inputs(wildcards):
+# the temperature classes this experiment decodes ("" first): what `calibration_jobs: one` writes
+TCLASSES = sorted({calibration_class(t) for t in EXP["temperatures"]})
+
+
+def pair_inputs(wildcards):
     return {
-        "data": f"results/datasets/{wildcards.dataset}.jsonl",
         "model": f"results/models/{wildcards.model}.json",
         # every decode job waits for its pair's calibration (of its temperature class), which also checked the device
         "calibration": f"results/{wildcards.hardware}/{wildcards.model}/calibration{calibration_class(wildcards.temperature)}.json",
     }
+
+
+def cell_inputs(wildcards):
+    return {"data": f"results/datasets/{wildcards.dataset}.jsonl", **pair_inputs(wildcards)}
+
+
+def model_inputs(wildcards):
+    """A `decode_model` job's inputs: every dataset of the experiment, the model and its calibration."""
+    return {"data": [f"results/datasets/{d}.jsonl" for d in DATASETS], **pair_inputs(wildcards)}
 
 
 def decode_inputs(wildcards):
@@ -266,16 +300,31 @@ def decode_params(wildcards):
     return method_knobs(wildcards.dataset, wildcards.temperature, wildcards.method)
 
 
-def decode_cell_params(wildcards):
-    """Method -> its knobs, output and history file (AR's output, on multi-turn sets), AR first."""
-    cell = (wildcards.hardware, wildcards.model, wildcards.dataset, wildcards.temperature)
-    multi_turn = wildcards.dataset in MULTI_TURN_DATASETS
+def cell_runs(hardware, model, dataset, temperature):
+    """Method -> its knobs, dataset, data, output and history file (AR's output, on multi-turn sets), AR first."""
+    cell = (hardware, model, dataset, temperature)
+    multi_turn = dataset in MULTI_TURN_DATASETS
     return {
         m: {
-            **method_knobs(wildcards.dataset, wildcards.temperature, m),
+            **method_knobs(dataset, temperature, m),
+            "dataset": dataset,
+            "data": f"results/datasets/{dataset}.jsonl",
             "output": decode_output(*cell, m),
             # AR runs first in the cell and writes the histories of the others' later turns
             "history": decode_output(*cell, BASELINE) if multi_turn and m != BASELINE else None,
         }
         for m in METHODS
+    }
+
+
+def decode_cell_params(wildcards):
+    return cell_runs(wildcards.hardware, wildcards.model, wildcards.dataset, wildcards.temperature)
+
+
+def decode_model_params(wildcards):
+    """"dataset/method" -> the runs of every cell of this (hardware, model, temperature), dataset by dataset."""
+    return {
+        f"{d}/{m}": knobs
+        for d in DATASETS
+        for m, knobs in cell_runs(wildcards.hardware, wildcards.model, d, wildcards.temperature).items()
     }

@@ -1,12 +1,40 @@
-# Decoding: one job per (hardware, model, dataset, temperature, method), optionally sharded,
-# or with `decode_jobs: cell` one job per (hardware, model, dataset, temperature) that
-# decodes every method in one process (models and engine loaded once) into the same files.
+# Decoding: one job per (hardware, model, dataset, temperature, method), optionally sharded;
+# with `decode_jobs: cell` one job per (hardware, model, dataset, temperature) that decodes
+# every method in one process (models and engine loaded once) into the same files; with
+# `decode_jobs: model` one job per (hardware, model, temperature) for every dataset too.
 # Jobs append finished prompts to <output>.partial and resume from it after a kill.
 
 
 SHARDS = int(config["shards"])
 
-if DECODE_JOBS == "cell":
+if DECODE_JOBS == "model":
+
+    rule decode_model:
+        input:
+            unpack(model_inputs),
+        output:
+            expand(
+                "results/{{hardware}}/{{model}}/{dataset}/t{{temperature}}/{method}.jsonl",
+                dataset=DATASETS,
+                method=METHODS,
+            ),
+        params:
+            knobs=decode_model_params,
+            software=SOFTWARE,
+            code=CODE_DECODE,
+        threads: 1
+        resources:
+            **gpu_resources(),
+        log:
+            "logs/decode_model/{hardware}/{model}/t{temperature}.log",
+        benchmark:
+            "logs/benchmarks/decode_model/{hardware}/{model}/t{temperature}.tsv"
+        conda:
+            "../../envs/bastion.yaml"
+        script:
+            "../scripts/decode_cell.py"
+
+elif DECODE_JOBS == "cell":
 
     rule decode_cell:
         input:

@@ -1,5 +1,6 @@
-"""Decode every method of one cell in one process (models and engine loaded once), each into
-its own output as the per-method job would write it; each method resumes from its <output>.partial."""
+"""Decode every method of one cell (or, for `decode_jobs: model`, of every dataset) in one process,
+models and engine loaded once, each into its own output as the per-method job would write it;
+each run resumes from its <output>.partial."""
 
 import json
 
@@ -11,7 +12,7 @@ from bastion.pipeline.joblog import job_log
 from bastion.runs.cell import decode_cell
 from bastion.runs.run import run_from_knobs
 
-cell = snakemake.params.knobs  # method -> knobs, AR first
+cell = snakemake.params.knobs  # run name -> knobs with dataset, data and output; AR first in each dataset
 k0 = next(iter(cell.values()))
 with job_log(snakemake.log[0]), pinned(k0["device"]):
     torch.set_num_threads(snakemake.threads)
@@ -19,8 +20,8 @@ with job_log(snakemake.log[0]), pinned(k0["device"]):
     models = json.load(open(snakemake.input.model))
     decode_cell([
         run_from_knobs(
-            k, models, snakemake.input.data, snakemake.input.calibration, snakemake.wildcards.hardware,
-            snakemake.wildcards.model, snakemake.wildcards.dataset, k["output"], history=k["history"],
+            k, models, k["data"], snakemake.input.calibration, snakemake.wildcards.hardware,
+            snakemake.wildcards.model, k["dataset"], k["output"], history=k["history"],
         )
         for k in cell.values()
     ])

@@ -1,0 +1,18 @@
+"""A small model's whole calibration chain in one job: hardware, latency grid(s) and overheads."""
+
+from bastion.calibration import stages
+from bastion.pipeline.gpu_slots import pinned
+from bastion.pipeline.joblog import job_log
+
+p = snakemake.params
+out = snakemake.output
+with job_log(snakemake.log[0]), pinned(p.device):
+    calibrations = stages.calibrate_all(
+        out.hardware, list(zip(out.latency, out.calibration, p.temperatures)), snakemake.wildcards.hardware, p.pattern,
+        snakemake.wildcards.model, snakemake.input.model, p.grid, p.device, p.dtype, p.attn_impl, p.engine, p.n_min, p.seed,
+        datasets=list(snakemake.input.datasets), max_new_tokens=p.max_new_tokens,
+        max_heldout_mape=None if p.accept_error else stages.MAX_HELDOUT_MAPE,
+    )
+    for cal in calibrations:
+        print(f"T={cal.temperature:g}: held-out error {cal.report.get('heldout_mape', float('nan')):.3f}, "
+              f"T_draft {cal.overheads.t_draft * 1e3:.3f} ms, T_other {cal.overheads.t_other * 1e3:.3f} ms")
