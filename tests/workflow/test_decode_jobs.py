@@ -73,3 +73,17 @@ def test_eagle3_tree_keys_are_validated(work, tmp_path):
     assert rc != 0 and "['tiny']['eagle3_topk']" in out and "0 is less than the minimum of 1" in out
     rc, out = dry_run_with(work, bad, "experiments:\n  tiny:\n    decode_jobs: process\n")
     assert rc != 0 and "decode_jobs" in out and "'process' is not one of" in out
+
+
+def test_one_calibration_job_writes_every_temperature_class(work, tmp_path):
+    """With T = 0 and T > 0, `calibration_jobs: one` writes both classes' files in its one job."""
+    overlay = tmp_path / "temps.yaml"
+    overlay.write_text("experiments:\n  tiny:\n    temperatures: [0.0, 1.0]\n")
+    args = ["--configfile", "config.yaml", str(overlay), "--config", "hardware=h200", "--", "figures/speedup_table.pdf"]
+    plan = planned(work, *args)
+    assert plan.get("calibrate_model") == 1 and plan.get("decode_model") == 2  # one decode job per temperature
+    dry = smk(work, "-n", *args).stdout
+    block = next(b for b in re.split(r"\n(?=(?:local)?rule )", dry) if re.match(r"(local)?rule calibrate_model:", b))
+    outputs = {x.strip() for x in re.search(r"\n\s+output: (.*)", block).group(1).split(",")}
+    assert outputs == {f"results/h200/tiny/{name}.json" for name in (
+        "hardware", "latency_grid", "latency_grid_sampled", "calibration", "calibration_sampled")}
