@@ -47,8 +47,12 @@ def workdir():
 
 
 def _args(target, drafter, data, cache, out=None, extra=()):
+    # these tests check the CLI (records, reuse, resume, refusals), not the fit's quality on a
+    # shared 2-core CPU, where timing noise once pushed the held-out error to 10.1%; the gate
+    # has its own tests (tests/calibration/test_sampling_and_gate.py)
     a = ["--model", str(target), "--draft-model", str(drafter), "--dataset", str(data), "--max-new-tokens", "12",
-         "--cache-dir", str(cache), "--calib-grid", "tiny", "--n-min", "4", "--device", "cpu", *extra]
+         "--cache-dir", str(cache), "--calib-grid", "tiny", "--n-min", "4", "--device", "cpu",
+         "--accept-calibration-error", *extra]
     return a + (["--output", str(out)] if out else [])
 
 

@@ -27,7 +27,8 @@ def test_two_process_gloo_run(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
            "--master_port", str(_free_port()), "-m", "bastion.benchmark",
            "--model", str(target), "--draft-model", str(drafter), "--dataset", str(data), "--max-new-tokens", "10",
-           "--device", "cpu", "--cache-dir", str(cache), "--calib-grid", "tiny", "--n-min", "4", "--output", str(out)]
+           "--device", "cpu", "--cache-dir", str(cache), "--calib-grid", "tiny", "--n-min", "4", "--output", str(out),
+           "--accept-calibration-error"]  # the test is about ranks, not the fit's quality on a shared CPU
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).parents[2]))
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
