@@ -104,7 +104,8 @@ class StaticDecoder:
 
         sync(device)
         t0 = time.perf_counter()
-        last_hidden, feats = eng.prefill(ids, features=taps)
+        last_hidden, feats = eng.prefill(ids, features=taps, prompt=prompt_ids)
+        reused = eng.prefill_reused
         first = propose(self.target.logits(last_hidden), temperature, generator)  # [1]
         eng.root.copy_(first[0])
         output = [int(first.item())]
@@ -178,7 +179,7 @@ class StaticDecoder:
         for stats, stamps in marks if collect_stats else ():  # every event has completed after the final sync
             stats.t_draft, stats.t_tree, stats.t_verify, stats.t_accept, stats.t_commit = _intervals(stamps)
         setup = run.capture_seconds - capture0  # graph captures are one-off work, not decoding
-        return GenerationResult(output[:max_new_tokens], prompt_len, t1 - t0, t2 - t1 - setup, stop_reason, steps)
+        return GenerationResult(output[:max_new_tokens], prompt_len, t1 - t0, t2 - t1 - setup, stop_reason, steps, reused)
 
 
 def _absorb(back: list[int], pending: StepStats, steps: list[StepStats], output: list[int], stops: set[int],

@@ -32,6 +32,7 @@ from bastion.defaults import TOPK_LIMIT
 from bastion.engines import compiled, static_attention, static_eagle3
 from bastion.engines.graphs import GraphRunner, read_to_host
 from bastion.engines.kernels import row_argmax
+from bastion.engines.prefill_memo import Prefilled, PrefillMemo
 from bastion.engines.static_cache import (
     ContextTooLongError,
     StaticContextKV,
@@ -90,6 +91,8 @@ class StaticEngine:
             compiled.fuse(self)
         if drafter is not None:
             target.set_feature_layers(drafter.target_layer_ids)
+        self.memo = PrefillMemo()  # prompts prefilled before: a cell's other methods restore them
+        self.prefill_reused = False
         self._allocate(max_context)
 
     # ------------------------------------------------------------------ buffers
@@ -172,17 +175,34 @@ class StaticEngine:
         self.target.set_feature_layers(self.tap_sets[name])
         return name
 
-    def prefill(self, ids: torch.Tensor, features: bool | str) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Causal forward of the prompt [1, P] from an empty cache (eager, one-off shapes)."""
+    def prefill(self, ids: torch.Tensor, features: bool | str, prompt=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Causal forward of the prompt [1, P] from an empty cache (eager, one-off shapes).
+
+        A prompt this engine has prefilled before with the same taps is restored from the
+        memo instead (an exact copy); ``prefill_reused`` says which happened.  ``prompt``
+        is the caller's host copy of the ids, the memo's key (None: not kept).
+        """
         p = ids.shape[1]
-        features = self.taps(features) is not None
-        self.cache.length = 0
-        self.cache.write_index = self.arange[:p]
-        self.cache.kv_len = p
-        out = self.target.forward(ids, self.arange[:p][None], None, self.cache, features=features)
+        taps = self.taps(features)
+        key = None if prompt is None else self.memo.key(prompt, taps)
+        kept = self.memo.get(key)
+        self.prefill_reused = kept is not None
+        if kept is not None:
+            self.cache.kv[:, :, :, :, :p].copy_(kept.kv)
+            hidden, feats = kept.hidden, kept.features
+        else:
+            self.cache.length = 0
+            self.cache.write_index = self.arange[:p]
+            self.cache.kv_len = p
+            out = self.target.forward(ids, self.arange[:p][None], None, self.cache, features=taps is not None)
+            hidden, feats = out.hidden[0, -1:], out.features  # [1, H], [1, P, F]
+            kv = self.cache.kv[:, :, :, :, :p]
+            need = (kv.numel() + hidden.numel() + (feats.numel() if feats is not None else 0)) * kv.element_size()
+            if key is not None and self.memo.fits(need):
+                self.memo.put(key, Prefilled(kv.clone(), hidden.clone(), None if feats is None else feats.clone()))
         self.length.fill_(p)
         self.cache.length = p
-        return out.hidden[0, -1:], out.features  # [1, H], [1, P, F]
+        return hidden, feats
 
     # ------------------------------------------------------------------ step functions
     def draft(self, kv: int, feats: torch.Tensor) -> None:

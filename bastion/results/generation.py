@@ -35,6 +35,7 @@ class GenerationResult:
     decode_seconds: float
     stop_reason: str  # "stop_token" | "max_new_tokens"
     steps: list[StepStats] = field(default_factory=list)
+    prefill_reused: bool = False  # the prompt's prefill was restored from the engine's memo (a copy's time)
 
     @property
     def acceptance_lengths(self) -> list[int]:

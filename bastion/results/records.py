@@ -58,6 +58,8 @@ def make_record(
         "tree_sizes": [s.tree_size for s in steps],
         "contexts": [s.context for s in steps],
     }
+    if result.prefill_reused:  # prefill_seconds is then the time to restore a copy, not a forward
+        rec["prefill_reused"] = True
     if timed:
         for name in ("t_draft", "t_tree", "t_verify", "t_accept", "t_commit"):
             rec[name] = [getattr(s, name) for s in steps]

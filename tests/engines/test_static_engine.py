@@ -322,3 +322,24 @@ def test_ar_on_an_engine_without_a_drafter():
     prompt = [5, 9, 2, 7]
     static = StaticDecoder(StaticEngine(target, None, 32, 8), "ar").generate(prompt, 12)
     assert static.output_ids == EagerDecoder(target, "ar").generate(prompt, 12).output_ids
+
+
+def test_prefill_memo_restores_exactly_and_only_what_it_kept():
+    """A cell's later methods restore the prompt's prefill: same outputs and steps as a fresh engine."""
+    model = tiny_target(seed=5, scale=3.0)
+    target = Target(model)
+    drafter = tiny_drafter(model, block_size=4, seed=3)
+    cm, ov = _cost_model(model)
+    shared = StaticEngine(target, drafter, 64, 32)
+    prompts = [[5, 9, 2, 7, 11, 3], [8, 1, 4]]
+    for prompt in prompts:  # every method after the first of a tap set restores the prompt
+        for i, (method, policy) in enumerate([("ar", None), ("dflash", None), ("bastion", TreePolicy(n_min=4, n_max=32))]):
+            got = StaticDecoder(shared, method, policy, cm, ov).generate(prompt, 24)
+            fresh = StaticDecoder(StaticEngine(target, drafter, 64, 32), method, policy, cm, ov).generate(prompt, 24)
+            _same(fresh, got)
+            assert got.prefill_reused == (method == "bastion")  # ar taps nothing, dflash filled the tap set first
+            assert not fresh.prefill_reused
+    starved = StaticEngine(target, drafter, 64, 32)
+    starved.memo.limit = 0  # nothing fits: every prefill is a forward
+    runs = [StaticDecoder(starved, "dflash").generate(prompts[0], 8) for _ in range(2)]
+    assert [r.prefill_reused for r in runs] == [False, False] and runs[0].output_ids == runs[1].output_ids

@@ -19,6 +19,8 @@ from bastion.runs.session import Session
 METHODS = ("ar", "eagle3", "dflash", "bastion")
 PROMPTS = [{"turns": ["def add(a, b):\n    return", "    # and now subtract\n"]}, {"turns": ["import os\n"]}]
 TIMES = {"prefill_seconds", "decode_seconds", "t_draft", "t_tree", "t_verify", "t_accept", "t_commit"}
+# how the prefill was timed: a shared static engine restores a prompt's prefill for a cell's later methods
+TIMING_NOTES = {"prefill_reused"}
 
 
 @pytest.fixture()
@@ -38,7 +40,8 @@ def _runs(data, folder, history=False, engine="static"):
 
 def _content(path):
     """A record file without its timings (which differ run to run)."""
-    return [{k: v for k, v in json.loads(line).items() if k not in TIMES} for line in path.read_text().splitlines()]
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMES | TIMING_NOTES}
+            for line in path.read_text().splitlines()]
 
 
 @pytest.mark.parametrize("engine", ["static", "eager"])
@@ -58,6 +61,9 @@ def test_a_session_loads_once_and_writes_the_records_of_runs_alone(data, tmp_pat
         shared = _content(out / f"{m}.jsonl")
         assert shared == alone[m], m  # same tokens, steps, trees and run key
         assert len({r["run_key"] for r in shared}) == 1
+    # the static engine prefilled each prompt once for the taps dflash and bastion share
+    reused = [json.loads(line).get("prefill_reused", False) for line in (out / "bastion.jsonl").read_text().splitlines()]
+    assert reused == [engine == "static"] * len(reused)
     assert not list(out.glob("*.partial"))
 
 
