@@ -3,8 +3,10 @@
 # more self-distillation data than tools/gpu/train_tiny_pair.sh and a learning-rate
 # schedule that follows the clock (--time-schedule), so a time-boxed run ends at its floor:
 #   1. the target's continuations (256 new tokens) of every training-split header, greedy
-#      and once sampled at T = 1, and greedy continuations of 16,384 random training
-#      windows (10% sampled); the validation headers' continuations as validation data;
+#      and $SAMPLED_COPIES times (default 1) sampled at T = 1, and greedy continuations of
+#      $WINDOWS (default 16,384) random training windows (10% sampled); the validation
+#      headers' continuations as validation data.  Rounds that fine-tune an earlier drafter
+#      should set a new $DATA_SEED (default 20), or they see the same samples again;
 #   2. 2-layer candidates in parallel (a 3-layer drafter would break the 32 MiB package
 #      limit), one per line of $CANDIDATES (name, then dflash.train arguments).  The default
 #      is session 6's three: a (from scratch, as stage 3 of train_tiny_pair.sh), b (fine-tuned
@@ -18,6 +20,9 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false OMP_NUM_T
 OUT=${OUT:-$PWD/gpu_out}; W=${WORK:-/tmp/tiny}; C=${BUILD:-build}; L=$W/logs
 TT=dflash/assets/tiny/target; D0=dflash/assets/tiny/drafter; TAPS=1,4,6
 GEN_SECONDS=${GEN_SECONDS:-140}; TRAIN_SECONDS=${TRAIN_SECONDS:-270}
+# fresh data each round: the sampling seeds (prompts DATA_SEED, windows DATA_SEED + 1) pick the
+# sampled continuations and the random windows; the greedy header continuations are always the same
+DATA_SEED=${DATA_SEED:-20}; SAMPLED_COPIES=${SAMPLED_COPIES:-1}; WINDOWS=${WINDOWS:-16384}
 mkdir -p "$OUT" "$L"
 stage() { echo "== $1 rc=$2 $3s" | tee -a "$L/env.txt"; }
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
@@ -37,9 +42,9 @@ PY
 stage tokens $? $((SECONDS-t)); t=$SECONDS
 gen() { timeout $GEN_SECONDS python -m dflash.distill_data --target $TT "$@"; }
 gen --prompt-file $C/train_prompts.jsonl --out $W/dp.npy --new-tokens 256 --batch-size 2048 --sample-frac 1.0 \
-  --sampled-copies 1 --seed 20 > "$L/distill_prompts.log" 2>&1 &
-gen --data $W/train_tokens.npy --out $W/dw.npy --prompts 16384 --prompt-len 64 --new-tokens 256 --batch-size 2048 \
-  --sample-frac 0.1 --seed 21 > "$L/distill_windows.log" 2>&1 &
+  --sampled-copies $SAMPLED_COPIES --seed $DATA_SEED > "$L/distill_prompts.log" 2>&1 &
+gen --data $W/train_tokens.npy --out $W/dw.npy --prompts $WINDOWS --prompt-len 64 --new-tokens 256 --batch-size 2048 \
+  --sample-frac 0.1 --seed $((DATA_SEED + 1)) > "$L/distill_windows.log" 2>&1 &
 gen --prompt-file $C/valid_prompts.jsonl --out $W/dv.npy --new-tokens 256 --batch-size 512 --sample-frac 0.5 \
   --sampled-copies 1 --seed 1 > "$L/distill_valid.log" 2>&1 &
 wait
