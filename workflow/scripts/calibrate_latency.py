@@ -3,10 +3,12 @@
 import json
 
 from bastion.calibration import stages
+from bastion.pipeline import compile_cache
 from bastion.pipeline.gpu_slots import pinned
 from bastion.pipeline.joblog import job_log
 
 p = snakemake.params
+compile_cache.persist(snakemake.wildcards.hardware)  # before anything compiles: later jobs load the kernels
 with job_log(snakemake.log[0]), pinned(p.device):
     result = stages.calibrate_latency(
         snakemake.output[0], snakemake.input.model, snakemake.input.hardware, p.grid, p.device, p.dtype, p.attn_impl, p.engine,

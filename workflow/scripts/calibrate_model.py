@@ -1,11 +1,13 @@
 """A small model's whole calibration chain in one job: hardware, latency grid(s) and overheads."""
 
 from bastion.calibration import stages
+from bastion.pipeline import compile_cache
 from bastion.pipeline.gpu_slots import pinned
 from bastion.pipeline.joblog import job_log
 
 p = snakemake.params
 out = snakemake.output
+compile_cache.persist(snakemake.wildcards.hardware)  # before anything compiles: later jobs load the kernels
 with job_log(snakemake.log[0]), pinned(p.device):
     calibrations = stages.calibrate_all(
         out.hardware, list(zip(out.latency, out.calibration, p.temperatures)), snakemake.wildcards.hardware, p.pattern,

@@ -5,12 +5,14 @@ import json
 import torch
 
 from bastion.calibration import hardware
+from bastion.pipeline import compile_cache
 from bastion.pipeline.gpu_slots import pinned
 from bastion.pipeline.joblog import job_log
 from bastion.runs.checks import parse_shard
 from bastion.runs.run import run_from_knobs
 
 k = snakemake.params.knobs
+compile_cache.persist(snakemake.wildcards.hardware)  # before anything compiles: later jobs load the kernels
 with job_log(snakemake.log[0]), pinned(k["device"]):
     torch.set_num_threads(snakemake.threads)
     hardware.check_device(snakemake.wildcards.hardware, k["pattern"], hardware.resolve_device(k["device"]))

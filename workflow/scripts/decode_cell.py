@@ -7,6 +7,7 @@ import json
 import torch
 
 from bastion.calibration import hardware
+from bastion.pipeline import compile_cache
 from bastion.pipeline.gpu_slots import pinned
 from bastion.pipeline.joblog import job_log
 from bastion.runs.cell import decode_cell
@@ -14,6 +15,7 @@ from bastion.runs.run import run_from_knobs
 
 cell = snakemake.params.knobs  # run name -> knobs with dataset, data and output; AR first in each dataset
 k0 = next(iter(cell.values()))
+compile_cache.persist(snakemake.wildcards.hardware)  # before anything compiles: later jobs load the kernels
 with job_log(snakemake.log[0]), pinned(k0["device"]):
     torch.set_num_threads(snakemake.threads)
     hardware.check_device(snakemake.wildcards.hardware, k0["pattern"], hardware.resolve_device(k0["device"]))

@@ -1,0 +1,28 @@
+"""GPU jobs keep torch.compile's caches in the results folder, unless the user chose a folder."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from bastion.pipeline import compile_cache
+
+
+def test_jobs_point_the_cache_into_results_and_keep_the_users_choice(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(compile_cache.ENV, raising=False)
+    used = compile_cache.persist("nvidia-h200")
+    assert used == str(tmp_path / "results" / "nvidia-h200" / "compile_cache") == os.environ[compile_cache.ENV]
+    assert not (tmp_path / "results").exists()  # made only when something compiles
+    monkeypatch.setenv(compile_cache.ENV, "/scratch/mine")
+    assert compile_cache.persist("nvidia-h200") == "/scratch/mine" == os.environ[compile_cache.ENV]
+
+
+def test_inductor_reads_the_folder_it_was_given(tmp_path):
+    """The variable is what torch's own cache lookup uses (a rename upstream would fail here)."""
+    code = ("import os; from bastion.pipeline import compile_cache; compile_cache.persist('hw'); "
+            "from torch._inductor.runtime.cache_dir_utils import cache_dir; print(cache_dir())")
+    env = {k: v for k, v in os.environ.items() if k != compile_cache.ENV}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(tmp_path / "results" / "hw" / "compile_cache")
