@@ -185,7 +185,7 @@ def section_equiv(rep, target, drafter, engines, prompts, tokens, cost):
         if cost is not None:
             policy = TreePolicy(n_min=32, n_max=1024)
             probe = prompt[:256]
-            ov = profile_overheads(lambda: StaticDecoder(engine, "bastion", TreePolicy(budget=64)), probe)
+            ov = profile_overheads(lambda n: StaticDecoder(engine, "bastion", TreePolicy(budget=n)), (64,), probe)
             static = StaticDecoder(engine, "bastion", policy, cost, ov).generate(prompt, tokens)
             rep.add("equiv", {"engine": name, "context": ctx, "method": "bastion-adaptive", "static_eq_ar": static.output_ids == ref,
                               "t_draft_ms": _ms(ov.t_draft), "t_other_ms": _ms(ov.t_other),

@@ -32,9 +32,11 @@ def probe_prompt(vocab_size: int, seed: int = 0) -> list[int]:
     return [rng.randrange(2, int(vocab_size)) for _ in range(PROBE_TOKENS)]
 
 
-def overhead_policy(policy: TreePolicy) -> TreePolicy:
-    """The probe's trees: the decode policy at a fixed budget of two buckets, a typical small step."""
-    return replace(policy, budget=2 * policy.n_min)
+def overhead_budgets(policy: TreePolicy) -> tuple[int, ...]:
+    """The probe's tree sizes: two buckets (a typical small step), then up to eight, for T_other's growth."""
+    small = 2 * policy.n_min
+    wide = min(8 * policy.n_min, policy.n_max)
+    return (small, wide) if wide > small else (small,)
 
 
 def calibrate(
@@ -72,9 +74,10 @@ def calibrate(
         f"[calibrate] fit {model_obj.params}; in-sample MAPE {report['in_sample_mape']:.1%}, "
         f"held-out MAPE {report.get('heldout_mape', float('nan')):.1%}"
     )
-    overheads = profile_overheads(lambda: engine.decoder("bastion", overhead_policy(policy)),
+    overheads = profile_overheads(lambda n: engine.decoder("bastion", replace(policy, budget=n)), overhead_budgets(policy),
                                   probe_prompt(target.config.vocab_size, seed), temperature=temperature)
-    log(f"[calibrate] T_draft {overheads.t_draft * 1e3:.2f} ms, T_other {overheads.t_other * 1e3:.2f} ms")
+    log(f"[calibrate] T_draft {overheads.t_draft * 1e3:.2f} ms, T_other {overheads.t_other * 1e3:.2f} ms "
+        f"(+{overheads.t_other_per_node * 1e6:.2f} us a node past {overheads.reference_nodes})")
     return Calibration(
         model=model,
         fingerprint=fingerprint,

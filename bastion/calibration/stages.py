@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import torch
 
 from bastion.calibration import fingerprint, hardware
-from bastion.calibration.calibrate import overhead_policy, probe_prompt
+from bastion.calibration.calibrate import overhead_budgets, probe_prompt
 from bastion.calibration.grid import MAX_HELDOUT_MAPE, Grid, gated_fit, probe_grid
 from bastion.calibration.overheads import profile_overheads
 from bastion.calibration.peaks import measure_peaks
@@ -110,10 +110,11 @@ def profile_constants(out: str, model_name: str, model_json: str, latency_json: 
     drafter = models.load_drafter(paths["drafter"], dt, dev)
     models.check_pair(target, drafter, paths["target"], paths["drafter"])
     probe = probe_prompt(target.config.vocab_size, seed)
-    policy = overhead_policy(TreePolicy(n_min=n_min))
-    eng = Engine(engine, target, drafter, n_max=policy.budget, max_context=len(probe) + 4 * n_min + 64)
+    budgets = overhead_budgets(TreePolicy(n_min=n_min))
+    eng = Engine(engine, target, drafter, n_max=max(budgets), max_context=len(probe) + 4 * n_min + 64)
     temperature = float(lat.get("temperature", 0.0))
-    overheads = profile_overheads(lambda: eng.decoder("bastion", policy), probe, temperature=temperature)
+    overheads = profile_overheads(lambda n: eng.decoder("bastion", TreePolicy(n_min=n_min, budget=n)), budgets, probe,
+                                  temperature=temperature)
     cal = Calibration(
         model=model_name,
         fingerprint=fp_now,

@@ -93,9 +93,14 @@ OLD_FORM = ("a_c", "b_c", "a_m", "b_m")  # calibration files before the attentio
 class CostModel:
     """Evaluates C(s, c) in seconds; :meth:`curve` gives all tree sizes in one call per step."""
 
-    def __init__(self, shape: ModelShape, peaks: HardwarePeaks, params: CostParams) -> None:
+    def __init__(self, shape: ModelShape, peaks: HardwarePeaks, params: CostParams, node_cost: float = 0.0) -> None:
         self.shape, self.peaks, self.params = shape, peaks, params
+        self.node_cost = float(node_cost)  # seconds each node adds outside verification (see StepOverheads)
         self._curve_cache: dict[tuple[int, str], tuple[torch.Tensor, ...]] = {}
+
+    def with_node_cost(self, seconds: float) -> "CostModel":
+        """The same model whose :meth:`curve` also charges ``seconds`` per tree node: what the budget rule uses."""
+        return CostModel(self.shape, self.peaks, self.params, node_cost=seconds)
 
     def terms(self, s, c) -> RooflineTerms:
         s = np.asarray(s, dtype=np.float64)
@@ -106,7 +111,7 @@ class CostModel:
         return combine(self.params, self.terms(s, c))
 
     def curve(self, c: int, n_max: int, device: torch.device | str = "cpu") -> torch.Tensor:
-        """C(n, c) for n = 0..n_max+1 as a float64 tensor on ``device`` (index n).
+        """C(n, c) for n = 0..n_max+1 as a float64 tensor on ``device`` (index n), plus ``node_cost * n``.
 
         fp64 as in the original release: the budget rule compares C(n+1) - C(n), a small
         difference of two large numbers, which fp32 rounding can flip.
@@ -124,6 +129,7 @@ class CostModel:
             as_t = lambda a: torch.tensor(a, dtype=torch.float64, device=device)  # noqa: E731
             p = self.params
             layers = np.maximum(p.a_c * t0.lin + p.b_c, p.a_m * t0.stream + p.b_m)
+            layers = layers + self.node_cost * s  # what each node costs outside verification
             self._curve_cache[key] = (as_t(layers), as_t(t0.kv), as_t(t1.kv - t0.kv), as_t(t0.att),
                                       as_t(t1.att - t0.att))
         layers, kv0, kv1, att0, att1 = self._curve_cache[key]
@@ -153,11 +159,30 @@ class StepOverheads:
 
     Measured in steady state: the drafter's first call of a prompt also ingests the whole
     prompt's features and is excluded, or it would inflate ``T_draft`` several-fold.
+
+    ``T_other`` (ranking paths, building the tree and its mask, the acceptance walk and
+    the KV compaction) grows with the tree.  For an 8B target that growth is lost in the
+    verification time, but for a small model on a GPU it is not: with it left out, the
+    tiny pair's trees on an H200 grew to ~160 nodes and decoded slower than a fixed 32
+    (docs/performance.md, session 9).  ``t_other_per_node`` is that growth, measured
+    between two tree sizes (``reference_nodes``, where ``t_other`` was measured, and a
+    larger one); the budget rule adds it to every node's verification cost.  Zero for
+    calibrations made before it was measured.
     """
 
     t_draft: float
     t_other: float
+    t_other_per_node: float = 0.0
+    reference_nodes: int = 0
 
     @property
     def fixed(self) -> float:
-        return self.t_draft + self.t_other
+        """The part of a step's cost that no tree size changes: T_draft and T_other less its growth."""
+        return max(0.0, self.t_draft + self.t_other - self.t_other_per_node * self.reference_nodes)
+
+
+def rule_costs(cost_model: CostModel | None, overheads: StepOverheads | None) -> CostModel | None:
+    """The cost curve the budget rule compares: C(n), plus T_other's growth per node when it was measured."""
+    if cost_model is None or overheads is None or not overheads.t_other_per_node:
+        return cost_model
+    return cost_model.with_node_cost(overheads.t_other_per_node)

@@ -17,7 +17,7 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from bastion.costmodel.model import CostModel, StepOverheads
+from bastion.costmodel.model import CostModel, StepOverheads, rule_costs
 from bastion.engines.base import check_fits, check_method, emit, prompt_tensor
 from bastion.engines.choice import sync
 from bastion.models.eagle3 import Eagle3Drafter
@@ -51,7 +51,7 @@ class EagerDecoder:
         self.policy = policy or TreePolicy()
         self.spec = check_method(method, drafter is not None, self.policy, cost_model, overheads, eagle3 is not None)
         self.target, self.method, self.drafter, self.eagle3 = target, method, drafter, eagle3
-        self.cost_model, self.overheads = cost_model, overheads
+        self.cost_model, self.overheads = rule_costs(cost_model, overheads), overheads
         self.taps: list[int] = []  # the target layers this method's drafter reads, set at each generate
         if self.spec.drafter == "eagle3":
             self.taps = list(eagle3.layer_ids)

@@ -29,7 +29,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from bastion.costmodel.model import CostModel, StepOverheads
+from bastion.costmodel.model import CostModel, StepOverheads, rule_costs
 from bastion.engines.base import check_fits, check_method, emit, prompt_tensor
 from bastion.engines.choice import sync
 from bastion.engines.static_engine import StaticEngine
@@ -66,7 +66,7 @@ class StaticDecoder:
                 f"was built for n_max={engine.n_max}; build the engine with a larger n_max"
             )
         self.engine, self.method = engine, method
-        self.cost_model, self.overheads = cost_model, overheads
+        self.cost_model, self.overheads = rule_costs(cost_model, overheads), overheads
         self.block_size = engine.block if self.spec.drafts else 1
         # what verify and commit tap: nothing, the DFlash drafter's layers or the EAGLE-3 head's
         self.taps: bool | str = {None: False, "dflash": True, "eagle3": "eagle3"}[self.spec.drafter]
