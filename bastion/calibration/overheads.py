@@ -32,19 +32,25 @@ def profile_overheads(decoder_for: Callable[[int], Decoder], budgets: Sequence[i
     return StepOverheads(t_draft=draft, t_other=other, t_other_per_node=slope, reference_nodes=int(budgets[0]))
 
 
-def _medians(dec: Decoder, prompt_ids: Sequence[int], steps: int, temperature: float) -> tuple[float, float]:
-    """Median T_draft and T_other of a run's steps, the second of two runs (the first warms up).
+def _medians(dec: Decoder, prompt_ids: Sequence[int], steps: int, temperature: float,
+             passes: int = 2) -> tuple[float, float]:
+    """T_draft and T_other: each the smallest of ``passes`` per-run medians, after a warm-up run.
 
-    The first step is dropped: its drafter call ingests the whole prompt's features
-    (a prefill), which is not what a steady decoding step pays.
+    The first step of a run is dropped: its drafter call ingests the whole prompt's
+    features (a prefill), which is not what a steady decoding step pays.  Timing noise
+    only adds time, so the smallest median is the steadiest; one run alone once put an
+    H200's T_other 0.1 ms high at 16 nodes, which hid its growth up to 64
+    (docs/performance.md, session 9).
     """
     draft, other = [], []
-    for _ in range(2):  # second pass is warm
+    for i in range(passes + 1):  # the first run warms up (graphs, caches)
         gen = torch.Generator(device=dec.target.device).manual_seed(0)
         res = dec.generate(prompt_ids, max_new_tokens=steps * 2, temperature=temperature, generator=gen,
                            collect_stats=True)
-        draft = [st.t_draft for st in res.steps[1:]]
-        other = [st.t_other for st in res.steps[1:]]
-    if not draft:
-        raise CalibrationError("the profiling run produced fewer than two steps; use a longer probe")
-    return statistics.median(draft), statistics.median(other)
+        if i == 0:
+            continue
+        if len(res.steps) < 2:
+            raise CalibrationError("the profiling run produced fewer than two steps; use a longer probe")
+        draft.append(statistics.median(st.t_draft for st in res.steps[1:]))
+        other.append(statistics.median(st.t_other for st in res.steps[1:]))
+    return min(draft), min(other)

@@ -42,6 +42,26 @@ def test_the_growth_per_node_is_the_line_through_two_tree_sizes():
     assert alone.t_other_per_node == 0.0 and alone.fixed == pytest.approx(4e-3 + 2e-3 + 5e-6 * 16)
 
 
+class NoisyDecoder(TimedDecoder):
+    """Every run but the third is 0.1 ms slower a step (timing noise only ever adds time)."""
+
+    calls = 0
+
+    def generate(self, *a, **kw):
+        res = super().generate(*a, **kw)
+        NoisyDecoder.calls += 1
+        if NoisyDecoder.calls % 3 != 0:
+            for st in res.steps[1:]:
+                st.t_tree += 1e-4
+        return res
+
+
+def test_the_steadiest_run_counts():
+    NoisyDecoder.calls = 0
+    ov = profile_overheads(NoisyDecoder, (16, 64), [1, 2, 3])
+    assert ov.t_other == pytest.approx(2e-3 + 5e-6 * 16) and ov.t_other_per_node == pytest.approx(5e-6)
+
+
 def test_probe_sizes_follow_the_policy():
     assert overhead_budgets(TreePolicy(n_min=8)) == (16, 64)
     assert overhead_budgets(TreePolicy(n_min=32, n_max=128)) == (64, 128)

@@ -18,7 +18,7 @@ for case in shared none; do
   rm -rf /tmp/torchinductor_* ~/.triton ~/.cache/torch
   [ $case = none ] && rm -rf results/*/compile_cache
   t=$SECONDS
-  timeout ${RERUN_LIMIT:-140} python3 -m snakemake figures/speedup_table.pdf --forcerun decode_model --cores 8 --resources gpu=1 \
+  timeout ${RERUN_LIMIT:-200} python3 -m snakemake figures/speedup_table.pdf --forcerun decode_model --cores 8 --resources gpu=1 \
     > "$OUT/rerun_$case.log" 2>&1
   echo "== decode rerun, cache $case: rc=$? $((SECONDS - t)) s" | tee -a "$OUT/env.txt"
   cat logs/benchmarks/decode_model/*/tiny/t0.tsv | tee -a "$OUT/env.txt"
