@@ -11,12 +11,19 @@ Runs go in the order given: AR first, since on multi-turn sets the others'
 ``<output>.partial`` until the whole cell is done: Snakemake deletes the finished outputs
 of a killed job before rerunning it, and the kept records let every method resume
 (a finished one in no time).  The partial files go once every output is written.
+
+Consecutive runs on the same prompts advance prompt by prompt, in turn (AR, then each
+other method, on prompt 0, then on prompt 1, ...), unless one of them reads another's
+history: a slow spell of the machine then touches every method alike.  Run one method
+after another, the 2-core CPU's drifts of 10-15% over a few minutes made one method
+look 10% faster or slower than another from run to run (docs/performance.md, session
+9).  Each run's records and files are the same either way.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from bastion.results import records
 from bastion.runs.checks import parse_methods
@@ -29,13 +36,38 @@ def decode_cell(runs: Sequence[DecodeRun]) -> Session:
     methods = [m for run in runs for m in parse_methods(run.methods)]
     eagle3 = [run.eagle3_policy() for run in runs if "eagle3" in parse_methods(run.methods)]
     session = Session(methods, eagle3[0] if eagle3 else None)
-    for run in runs:
-        if not run.quiet:  # the job log tells the runs apart (the ablation runs all decode "bastion")
-            budget = f" at budget {run.budget}" if run.budget else ""
-            print(f"[cell] {'/'.join(parse_methods(run.methods))}{budget} -> {run.output}", file=sys.stderr, flush=True)
-        run.keep_partial = True
-        run.execute(session)
+    for group in _groups(runs):
+        for run in group:
+            if not run.quiet:  # the job log tells the runs apart (the ablation runs all decode "bastion")
+                budget = f" at budget {run.budget}" if run.budget else ""
+                print(f"[cell] {'/'.join(parse_methods(run.methods))}{budget} -> {run.output}", file=sys.stderr, flush=True)
+            run.keep_partial = True
+        if any(run.history_from for run in group):  # each needs the history its predecessor writes
+            for run in group:
+                run.execute(session)
+        else:
+            _in_turn([run.prompt_steps(session) for run in group])
     for run in runs:
         if run.output:
             records.partial_path(run.output).unlink(missing_ok=True)
     return session
+
+
+def _groups(runs: Sequence[DecodeRun]) -> list[list[DecodeRun]]:
+    """Consecutive runs of the same prompts (dataset, subset and seed)."""
+    groups: list[list[DecodeRun]] = []
+    for run in runs:
+        key = (run.dataset, run.max_samples, run.data_seed)
+        if groups and (groups[-1][0].dataset, groups[-1][0].max_samples, groups[-1][0].data_seed) == key:
+            groups[-1].append(run)
+        else:
+            groups.append([run])
+    return groups
+
+
+def _in_turn(steps: list[Iterator[int]]) -> None:
+    """Advance every run by one prompt in turn until all are done."""
+    live = list(steps)
+    while live:
+        live = [s for s in live if next(s, None) is not None]
+

@@ -14,7 +14,7 @@ import os
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -112,6 +112,17 @@ class DecodeRun:
 
         ``session``: models and engine already loaded by this process, reused where they
         match this run's settings (:mod:`bastion.runs.session`); without one, all are loaded here.
+        """
+        for _ in self.prompt_steps(session):
+            pass
+        return self.records
+
+    def prompt_steps(self, session: Session | None = None) -> Iterator[int]:
+        """:meth:`execute` one prompt at a time: yields each decoded prompt's index.
+
+        Every records file, resume and summary is as :meth:`execute` makes them (the
+        records end up in ``self.records``); a cell advances several runs in turn this way
+        (:func:`bastion.runs.cell.decode_cell`).
         """
         rank, world, local_rank = _dist()
         log = (lambda *a: None) if self.quiet or rank != 0 else (lambda *a: print(*a, file=sys.stderr, flush=True))
@@ -224,6 +235,7 @@ class DecodeRun:
                 seconds += sum(r["decode_seconds"] for r in prompt_recs)
                 shown.set_postfix(tok_s=f"{tokens / max(seconds, 1e-9):.1f}", refresh=False)
                 shown.update()
+                yield idx
 
         # 5. gather, write, summarise
         if world > 1:
@@ -239,7 +251,7 @@ class DecodeRun:
             torch.distributed.barrier()
             if out_path and part:
                 part.unlink(missing_ok=True)
-        return all_recs
+        self.records = all_recs
 
     def _decode_prompt(self, idx, prompt, decoders, methods, builder, stops, base, histories=None) -> list[dict[str, Any]]:
         """All turns of one prompt with every method; turn k's history is AR's answers to the turns before.

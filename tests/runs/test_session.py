@@ -101,3 +101,39 @@ def test_a_cell_takes_ar_histories_and_resumes_each_method(data, tmp_path, monke
     for m in METHODS:
         assert _content(out / f"{m}.jsonl") == alone[m], m
     assert not list(out.glob("*.partial"))  # gone once the whole cell is written
+
+
+def test_a_cell_without_histories_decodes_prompt_by_prompt_and_resumes(data, tmp_path, monkeypatch, capsys):
+    """Runs on the same prompts advance in turn (AR, the others, then the next prompt); files as alone."""
+    out = tmp_path / "cell"
+    for run in _runs(data, out):
+        run.execute()
+    alone = {m: _content(out / f"{m}.jsonl") for m in METHODS}
+    shutil.rmtree(out)
+    order, real = [], DecodeRun._decode_prompt
+
+    def logged(self, idx, *args, **kw):
+        order.append((self.methods[0], idx))
+        if self.methods == ("dflash",) and idx == 1 and kill["on"]:
+            raise KeyboardInterrupt
+        return real(self, idx, *args, **kw)
+
+    kill = {"on": True}
+    monkeypatch.setattr(DecodeRun, "_decode_prompt", logged)
+    with pytest.raises(KeyboardInterrupt):  # killed in dflash's second prompt
+        decode_cell(_runs(data, out))
+    assert order == [(m, 0) for m in METHODS] + [("ar", 1), ("eagle3", 1), ("dflash", 1)]
+    for path in out.glob("*.jsonl"):  # Snakemake deletes the outputs of a failed job
+        path.unlink()
+    kill["on"], order[:] = False, []
+    runs = _runs(data, out)
+    for run in runs:
+        run.quiet = False
+    capsys.readouterr()
+    decode_cell(runs)
+    err = capsys.readouterr().err
+    assert err.count("[resume] 1 of 2 prompts already done") == 2  # bastion and dflash lost their second prompt
+    assert order == [("dflash", 1), ("bastion", 1)]
+    for m in METHODS:
+        assert _content(out / f"{m}.jsonl") == alone[m], m
+    assert not list(out.glob("*.partial"))
