@@ -11,17 +11,23 @@ one.  Decode times never include the prefill, so no reported speed changes; the 
 of a restored prefill say so (``prefill_reused``), since their ``prefill_seconds`` is the
 copy's time.
 
-The memo is bounded in bytes and never evicts: a job's methods each walk the prompts in
-the same order, so keeping the first ones that fit helps every later method, where
-evicting old entries for new ones would help none (the paper's long prompts at 8B simply
-do not fit, and nothing is kept).
+The memo is bounded in bytes and never evicts.  A cell decodes prompt by prompt, so a
+prompt is reused right after its first prefill; but on multi-turn sets its methods run
+one after another, each over all prompts, and there keeping the first prompts that fit
+helps every later method, where evicting old entries for new ones would help none (the
+paper's long prompts at 8B simply do not fit, and nothing is kept).  The cost: in a
+prompt-by-prompt cell whose prompts outgrow the bound, only the first ones are reused.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from bastion.engines.static_engine import StaticEngine
 
 # Bytes of K/V, hidden states and features the memo may hold (device memory).
 MEMO_BYTES = 256 << 20
@@ -72,3 +78,39 @@ class PrefillMemo:
 
     def fits(self, nbytes: int) -> bool:
         return self.used + nbytes <= self.limit
+
+    def restore(self, key: tuple | None, kv: torch.Tensor) -> Prefilled | None:
+        """Copy a kept prompt's K/V into the cache ``kv`` [L, 2, 1, kv_heads, capacity, D]; None if not kept."""
+        kept = self.get(key)
+        if kept is not None:
+            kv[..., : kept.kv.shape[-2], :].copy_(kept.kv)
+        return kept
+
+    def keep(self, key: tuple | None, kv: torch.Tensor, hidden: torch.Tensor, features: torch.Tensor | None) -> Prefilled:
+        """A fresh prefill's results; copies are kept if they fit (checked before copying anything)."""
+        fresh = Prefilled(kv, hidden, features)
+        if key is not None and key not in self._items and self.fits(fresh.nbytes):
+            self.put(key, Prefilled(kv.clone(), hidden.clone(), None if features is None else features.clone()))
+        return fresh
+
+
+def prefill(eng: StaticEngine, ids: torch.Tensor, taps: str | None, prompt=None) -> Prefilled:
+    """The prompt ``ids`` [1, P] into ``eng``'s empty cache, with features for ``taps`` (None: none).
+
+    A causal forward (eager, one-off shapes), or the exact copy of one the memo kept for
+    the same prompt and taps (``eng.prefill_reused`` says which).  ``prompt`` is the
+    caller's host copy of the ids, the memo's key (None: neither looked up nor kept).
+    """
+    p = ids.shape[1]
+    key = None if prompt is None else eng.memo.key(prompt, taps)
+    done = eng.memo.restore(key, eng.cache.kv)
+    eng.prefill_reused = done is not None
+    if done is None:
+        eng.cache.length = 0
+        eng.cache.write_index = eng.arange[:p]
+        eng.cache.kv_len = p
+        out = eng.target.forward(ids, eng.arange[:p][None], None, eng.cache, features=taps is not None)
+        done = eng.memo.keep(key, eng.cache.kv[:, :, :, :, :p], out.hidden[0, -1:], out.features)
+    eng.length.fill_(p)
+    eng.cache.length = p
+    return done

@@ -25,14 +25,12 @@ reuse its tree, acceptance and cost-curve code.
 
 from __future__ import annotations
 
-
 import torch
 
 from bastion.defaults import TOPK_LIMIT
-from bastion.engines import compiled, static_attention, static_eagle3
+from bastion.engines import compiled, prefill_memo, static_attention, static_eagle3
 from bastion.engines.graphs import GraphRunner, read_to_host
 from bastion.engines.kernels import row_argmax
-from bastion.engines.prefill_memo import Prefilled, PrefillMemo
 from bastion.engines.static_cache import (
     ContextTooLongError,
     StaticContextKV,
@@ -91,7 +89,7 @@ class StaticEngine:
             compiled.fuse(self)
         if drafter is not None:
             target.set_feature_layers(drafter.target_layer_ids)
-        self.memo = PrefillMemo()  # prompts prefilled before: a cell's other methods restore them
+        self.memo = prefill_memo.PrefillMemo()  # prompts prefilled before: a cell's other methods restore them
         self.prefill_reused = False
         self._allocate(max_context)
 
@@ -176,33 +174,10 @@ class StaticEngine:
         return name
 
     def prefill(self, ids: torch.Tensor, features: bool | str, prompt=None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Causal forward of the prompt [1, P] from an empty cache (eager, one-off shapes).
-
-        A prompt this engine has prefilled before with the same taps is restored from the
-        memo instead (an exact copy); ``prefill_reused`` says which happened.  ``prompt``
-        is the caller's host copy of the ids, the memo's key (None: not kept).
-        """
-        p = ids.shape[1]
-        taps = self.taps(features)
-        key = None if prompt is None else self.memo.key(prompt, taps)
-        kept = self.memo.get(key)
-        self.prefill_reused = kept is not None
-        if kept is not None:
-            self.cache.kv[:, :, :, :, :p].copy_(kept.kv)
-            hidden, feats = kept.hidden, kept.features
-        else:
-            self.cache.length = 0
-            self.cache.write_index = self.arange[:p]
-            self.cache.kv_len = p
-            out = self.target.forward(ids, self.arange[:p][None], None, self.cache, features=taps is not None)
-            hidden, feats = out.hidden[0, -1:], out.features  # [1, H], [1, P, F]
-            kv = self.cache.kv[:, :, :, :, :p]
-            need = (kv.numel() + hidden.numel() + (feats.numel() if feats is not None else 0)) * kv.element_size()
-            if key is not None and self.memo.fits(need):
-                self.memo.put(key, Prefilled(kv.clone(), hidden.clone(), None if feats is None else feats.clone()))
-        self.length.fill_(p)
-        self.cache.length = p
-        return hidden, feats
+        """The prompt [1, P] into an empty cache: a causal forward, or a kept copy of one
+        (:func:`bastion.engines.prefill_memo.prefill`); returns (hidden [1, H], features [1, P, F])."""
+        done = prefill_memo.prefill(self, ids, self.taps(features), prompt)
+        return done.hidden, done.features
 
     # ------------------------------------------------------------------ step functions
     def draft(self, kv: int, feats: torch.Tensor) -> None:
