@@ -66,22 +66,12 @@ class PrefillMemo:
             prompt = prompt.reshape(-1).tolist()
         return taps, tuple(int(t) for t in prompt)
 
-    def get(self, key: tuple | None) -> Prefilled | None:
-        return None if key is None else self._items.get(key)
-
-    def put(self, key: tuple | None, item: Prefilled) -> None:
-        """Keep ``item`` (the caller's tensors, not copied) if it fits; otherwise keep nothing."""
-        if key is None or key in self._items or not self.fits(item.nbytes):
-            return
-        self._items[key] = item
-        self.used += item.nbytes
-
     def fits(self, nbytes: int) -> bool:
         return self.used + nbytes <= self.limit
 
     def restore(self, key: tuple | None, kv: torch.Tensor) -> Prefilled | None:
         """Copy a kept prompt's K/V into the cache ``kv`` [L, 2, 1, kv_heads, capacity, D]; None if not kept."""
-        kept = self.get(key)
+        kept = None if key is None else self._items.get(key)
         if kept is not None:
             kv[..., : kept.kv.shape[-2], :].copy_(kept.kv)
         return kept
@@ -90,7 +80,8 @@ class PrefillMemo:
         """A fresh prefill's results; copies are kept if they fit (checked before copying anything)."""
         fresh = Prefilled(kv, hidden, features)
         if key is not None and key not in self._items and self.fits(fresh.nbytes):
-            self.put(key, Prefilled(kv.clone(), hidden.clone(), None if features is None else features.clone()))
+            self._items[key] = Prefilled(kv.clone(), hidden.clone(), None if features is None else features.clone())
+            self.used += fresh.nbytes
         return fresh
 
 
