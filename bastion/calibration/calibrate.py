@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from bastion.calibration.grid import MAX_HELDOUT_MAPE, Grid, gated_fit, probe_grid
-from bastion.calibration.overheads import profile_overheads
+from bastion.calibration.overheads import describe_overheads, profile_overheads
 from bastion.calibration.peaks import measure_peaks
 from bastion.calibration.store import Calibration
 from bastion.costmodel.roofline import ModelShape
@@ -33,10 +33,15 @@ def probe_prompt(vocab_size: int, seed: int = 0) -> list[int]:
 
 
 def overhead_budgets(policy: TreePolicy) -> tuple[int, ...]:
-    """The probe's tree sizes: two buckets (a typical small step), then up to eight, for T_other's growth."""
-    small = 2 * policy.n_min
-    wide = min(8 * policy.n_min, policy.n_max)
-    return (small, wide) if wide > small else (small,)
+    """The probe's tree sizes: two buckets (a typical small step), then 8 and 32 buckets, capped at ``n_max``.
+
+    Three sizes because the excess need not be a line: on an H200, measured at 16 and 64
+    nodes only, the tiny pair's growth twice came out too small for the ~160-node trees
+    the rule then built (docs/performance.md, sessions 9 and 10).  The probe skips sizes
+    the rule could not reach (:func:`~bastion.calibration.overheads.profile_overheads`).
+    """
+    sizes = [min(k * policy.n_min, policy.n_max) for k in (2, 8, 32)]
+    return tuple(sorted(set(sizes)))
 
 
 def calibrate(
@@ -75,9 +80,9 @@ def calibrate(
         f"held-out MAPE {report.get('heldout_mape', float('nan')):.1%}"
     )
     overheads = profile_overheads(lambda n: engine.decoder("bastion", replace(policy, budget=n)), overhead_budgets(policy),
-                                  probe_prompt(target.config.vocab_size, seed), temperature=temperature)
-    log(f"[calibrate] T_draft {overheads.t_draft * 1e3:.2f} ms, T_other {overheads.t_other * 1e3:.2f} ms "
-        f"(+{overheads.t_other_per_node * 1e6:.2f} us a node past {overheads.reference_nodes})")
+                                  probe_prompt(target.config.vocab_size, seed), temperature=temperature,
+                                  cost_model=model_obj)
+    log(f"[calibrate] {describe_overheads(overheads)}")
     return Calibration(
         model=model,
         fingerprint=fingerprint,

@@ -1,40 +1,71 @@
-"""The step constants T_draft and T_other, from a short fixed-budget run of the decoder."""
+"""The step constants: T_draft, and what a step costs beyond the fitted verification, from short fixed-budget runs."""
 
 from __future__ import annotations
 
 import statistics
 from typing import TYPE_CHECKING, Callable, Sequence
 
+import numpy as np
 import torch
 
 from bastion.calibration.store import CalibrationError
-from bastion.costmodel.model import StepOverheads
+from bastion.costmodel.model import CostModel, StepOverheads
 
 if TYPE_CHECKING:
     from bastion.engines.base import Decoder
+    from bastion.results.generation import StepStats
+
+REACH = 3.0  # a probe size is skipped once its fitted verification alone costs this many first-size steps
 
 
 def profile_overheads(decoder_for: Callable[[int], Decoder], budgets: Sequence[int], prompt_ids: Sequence[int],
-                      steps: int = 24, temperature: float = 0.0) -> StepOverheads:
-    """Steady-state ``T_draft`` and ``T_other`` from short fixed-budget BASTION runs.
+                      steps: int = 24, temperature: float = 0.0, cost_model: CostModel | None = None) -> StepOverheads:
+    """Steady-state ``T_draft`` and the excess knots (see :class:`StepOverheads`) from fixed-budget BASTION runs.
 
-    ``decoder_for(n)`` makes a decoder with trees of ``n`` nodes.  The constants are
-    measured at ``budgets[0]``; a second, larger budget also measures how much ``T_other``
-    grows per node (a line through the two medians, never below zero).  At ``temperature``
-    > 0 the runs sample, so ``T_other`` includes the per-node sampling the decoders do
-    outside the verification forward.
+    ``decoder_for(n)`` makes a decoder with trees of ``n`` nodes.  ``T_draft`` and
+    ``T_other`` are reported at ``budgets[0]``; every budget adds a knot.  With
+    ``cost_model`` a knot is ``T_other`` plus verification's time in decoding less the
+    model's C(n, c) at each step's context; without it, ``T_other`` alone.  Knots never
+    fall (a later one is raised to the earlier), so the rule's curve keeps rising.
+    A size whose fitted verification alone would cost ``REACH`` times a step at the
+    first size is not run: no tree the rule could justify gets there.  At
+    ``temperature`` > 0 the runs sample, so the excess includes the per-node sampling
+    the decoders do outside the verification forward.
     """
-    draft, other = _medians(decoder_for(budgets[0]), prompt_ids, steps, temperature)
-    if len(budgets) < 2 or budgets[-1] <= budgets[0]:
-        return StepOverheads(t_draft=draft, t_other=other)
-    _, wide = _medians(decoder_for(budgets[-1]), prompt_ids, max(steps // 2, 4), temperature)
-    slope = max(0.0, (wide - other) / (budgets[-1] - budgets[0]))
-    return StepOverheads(t_draft=draft, t_other=other, t_other_per_node=slope, reference_nodes=int(budgets[0]))
+    knots: list[tuple[int, float]] = []
+    draft = other = 0.0
+    for i, n in enumerate(budgets):
+        if knots and cost_model is not None and _out_of_reach(cost_model, n, budgets[0], draft + knots[0][1]):
+            break
+        d, o, e = _medians(decoder_for(n), prompt_ids, steps if i == 0 else max(steps // 2, 4), temperature,
+                           cost_model)
+        if i == 0:
+            draft, other = d, o
+        knots.append((int(n), max(e, knots[-1][1]) if knots else e))
+    return StepOverheads(t_draft=draft, t_other=other, excess=tuple(knots))
 
 
-def _medians(dec: Decoder, prompt_ids: Sequence[int], steps: int, temperature: float,
-             passes: int = 2) -> tuple[float, float]:
-    """T_draft and T_other: each the smallest of ``passes`` per-run medians, after a warm-up run.
+def describe_overheads(ov: StepOverheads) -> str:
+    """One log line: T_draft, T_other and the excess at each probed size."""
+    knots = ", ".join(f"{n}: {t * 1e3:.3f}" for n, t in ov.excess) or "not measured"
+    return f"T_draft {ov.t_draft * 1e3:.3f} ms, T_other {ov.t_other * 1e3:.3f} ms; step excess (nodes: ms) {knots}"
+
+
+def _out_of_reach(cost_model: CostModel, n: int, first: int, first_rest: float) -> bool:
+    c = 64  # a short context: the layers' part dominates where the rule stops
+    verify = cost_model.predict(np.array([n, first]), c)
+    return float(verify[0]) > REACH * (float(verify[1]) + first_rest)
+
+
+def _excess(st: StepStats, cost_model: CostModel | None) -> float:
+    if cost_model is None:
+        return st.t_other
+    return st.t_other + st.t_verify - float(cost_model.predict(st.tree_size, st.context))
+
+
+def _medians(dec: Decoder, prompt_ids: Sequence[int], steps: int, temperature: float, cost_model: CostModel | None,
+             passes: int = 2) -> tuple[float, float, float]:
+    """T_draft, T_other and the excess: each the smallest of ``passes`` per-run medians, after a warm-up run.
 
     The first step of a run is dropped: its drafter call ingests the whole prompt's
     features (a prefill), which is not what a steady decoding step pays.  Timing noise
@@ -42,7 +73,7 @@ def _medians(dec: Decoder, prompt_ids: Sequence[int], steps: int, temperature: f
     H200's T_other 0.1 ms high at 16 nodes, which hid its growth up to 64
     (docs/performance.md, session 9).
     """
-    draft, other = [], []
+    draft, other, excess = [], [], []
     for i in range(passes + 1):  # the first run warms up (graphs, caches)
         gen = torch.Generator(device=dec.target.device).manual_seed(0)
         res = dec.generate(prompt_ids, max_new_tokens=steps * 2, temperature=temperature, generator=gen,
@@ -53,4 +84,5 @@ def _medians(dec: Decoder, prompt_ids: Sequence[int], steps: int, temperature: f
             raise CalibrationError("the profiling run produced fewer than two steps; use a longer probe")
         draft.append(statistics.median(st.t_draft for st in res.steps[1:]))
         other.append(statistics.median(st.t_other for st in res.steps[1:]))
-    return min(draft), min(other)
+        excess.append(statistics.median(_excess(st, cost_model) for st in res.steps[1:]))
+    return min(draft), min(other), min(excess)

@@ -97,7 +97,7 @@ def calibrate_latency(out: str, model_json: str, hardware_json: str, grid_name: 
 
 def profile_constants(out: str, model_name: str, model_json: str, latency_json: str, device: str, dtype: str, attn_impl: str,
                       engine: str, n_min: int, seed: int = 0) -> Calibration:
-    """Measure T_draft and T_other (sampling at the latency grid's temperature) and write the calibration file."""
+    """Measure T_draft and the step excess (sampling at the latency grid's temperature) and write the calibration file."""
     from bastion.engines.factory import Engine
 
     lat = read_json(latency_json)
@@ -114,7 +114,7 @@ def profile_constants(out: str, model_name: str, model_json: str, latency_json: 
     eng = Engine(engine, target, drafter, n_max=max(budgets), max_context=len(probe) + 4 * n_min + 64)
     temperature = float(lat.get("temperature", 0.0))
     overheads = profile_overheads(lambda n: eng.decoder("bastion", TreePolicy(n_min=n_min, budget=n)), budgets, probe,
-                                  temperature=temperature)
+                                  temperature=temperature, cost_model=cost)
     cal = Calibration(
         model=model_name,
         fingerprint=fp_now,

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -93,14 +93,37 @@ OLD_FORM = ("a_c", "b_c", "a_m", "b_m")  # calibration files before the attentio
 class CostModel:
     """Evaluates C(s, c) in seconds; :meth:`curve` gives all tree sizes in one call per step."""
 
-    def __init__(self, shape: ModelShape, peaks: HardwarePeaks, params: CostParams, node_cost: float = 0.0) -> None:
+    def __init__(self, shape: ModelShape, peaks: HardwarePeaks, params: CostParams,
+                 extra: tuple[tuple[int, float], ...] = ()) -> None:
         self.shape, self.peaks, self.params = shape, peaks, params
-        self.node_cost = float(node_cost)  # seconds each node adds outside verification (see StepOverheads)
+        self.extra = tuple((int(n), float(t)) for n, t in extra)  # knots (nodes, seconds) added to the curve
         self._curve_cache: dict[tuple[int, str], tuple[torch.Tensor, ...]] = {}
 
+    def with_extra(self, knots: Sequence[tuple[int, float]]) -> "CostModel":
+        """The same model whose :meth:`curve` also charges a step cost outside the fitted C(n, c).
+
+        ``knots`` are (tree size, seconds) points of that cost, joined by straight lines and
+        extended past both ends along the end segments (one knot: a constant, which the
+        rule's differences ignore).  What the budget rule uses (:func:`rule_costs`).
+        """
+        return CostModel(self.shape, self.peaks, self.params, extra=tuple(knots))
+
     def with_node_cost(self, seconds: float) -> "CostModel":
-        """The same model whose :meth:`curve` also charges ``seconds`` per tree node: what the budget rule uses."""
-        return CostModel(self.shape, self.peaks, self.params, node_cost=seconds)
+        """The same model charging ``seconds`` more per tree node (a line through the origin)."""
+        return self.with_extra(((0, 0.0), (1, seconds)))
+
+    def extra_cost(self, n) -> np.ndarray:
+        """The charged extra cost at tree sizes ``n`` (seconds; zero without knots)."""
+        n = np.asarray(n, dtype=np.float64)
+        if len(self.extra) < 2:
+            return np.zeros_like(n)
+        xs = np.array([k[0] for k in self.extra], dtype=np.float64)
+        ys = np.array([k[1] for k in self.extra], dtype=np.float64)
+        out = np.interp(n, xs, ys)
+        lo, hi = n < xs[0], n > xs[-1]
+        out[lo] = ys[0] + (n[lo] - xs[0]) * (ys[1] - ys[0]) / (xs[1] - xs[0])
+        out[hi] = ys[-1] + (n[hi] - xs[-1]) * (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+        return out
 
     def terms(self, s, c) -> RooflineTerms:
         s = np.asarray(s, dtype=np.float64)
@@ -111,7 +134,7 @@ class CostModel:
         return combine(self.params, self.terms(s, c))
 
     def curve(self, c: int, n_max: int, device: torch.device | str = "cpu") -> torch.Tensor:
-        """C(n, c) for n = 0..n_max+1 as a float64 tensor on ``device`` (index n), plus ``node_cost * n``.
+        """C(n, c) for n = 0..n_max+1 as a float64 tensor on ``device`` (index n), plus :meth:`extra_cost`.
 
         fp64 as in the original release: the budget rule compares C(n+1) - C(n), a small
         difference of two large numbers, which fp32 rounding can flip.
@@ -129,7 +152,7 @@ class CostModel:
             as_t = lambda a: torch.tensor(a, dtype=torch.float64, device=device)  # noqa: E731
             p = self.params
             layers = np.maximum(p.a_c * t0.lin + p.b_c, p.a_m * t0.stream + p.b_m)
-            layers = layers + self.node_cost * s  # what each node costs outside verification
+            layers = layers + self.extra_cost(s)  # what a step of n nodes costs outside the fitted verification
             self._curve_cache[key] = (as_t(layers), as_t(t0.kv), as_t(t1.kv - t0.kv), as_t(t0.att),
                                       as_t(t1.att - t0.att))
         layers, kv0, kv1, att0, att1 = self._curve_cache[key]
@@ -155,34 +178,53 @@ class CostModel:
 
 @dataclass(frozen=True)
 class StepOverheads:
-    """Per-step costs outside verification: ``T_draft`` and ``T_other`` in seconds.
+    """What a decode step costs besides the fitted verification C(n, c), in seconds.
 
     Measured in steady state: the drafter's first call of a prompt also ingests the whole
     prompt's features and is excluded, or it would inflate ``T_draft`` several-fold.
 
-    ``T_other`` (ranking paths, building the tree and its mask, the acceptance walk and
-    the KV compaction) grows with the tree.  For an 8B target that growth is lost in the
-    verification time, but for a small model on a GPU it is not: with it left out, the
-    tiny pair's trees on an H200 grew to ~160 nodes and decoded slower than a fixed 32
-    (docs/performance.md, session 9).  ``t_other_per_node`` is that growth, measured
-    between two tree sizes (``reference_nodes``, where ``t_other`` was measured, and a
-    larger one); the budget rule adds it to every node's verification cost.  Zero for
-    calibrations made before it was measured.
+    ``excess`` holds knots (n, seconds): at a tree of n nodes, the median of ``T_other``
+    (ranking paths, building the tree and its mask, the acceptance walk and the KV
+    compaction) plus what verification took inside decoding beyond the latency grid's
+    C(n, c).  Both matter for small models and neither is constant in n:
+
+    - ``T_other`` grows with the tree: on an H200 the tiny pair's steps cost 0.98 ms at 32
+      nodes and 1.21 ms at 155-162.  Left out, or measured at 16 and 64 nodes only (twice
+      too small), that growth let the trees grow to ~160 nodes, slower than a fixed 32.
+    - Verification inside decoding need not take what the same forward took probed
+      alone (the drafter runs in between, and on a CPU evicts the target's weights from
+      the caches); the knots charge what decoding measured.
+
+    The budget rule charges ``T_draft`` plus the first knot as the fixed cost and the
+    knots' rise as part of each larger tree's cost (:func:`rule_costs`).  Calibrations
+    made before the knots load with the older, linear form: ``t_other_per_node`` past
+    ``reference_nodes`` (zero when not measured either).
     """
 
     t_draft: float
     t_other: float
     t_other_per_node: float = 0.0
     reference_nodes: int = 0
+    excess: tuple[tuple[int, float], ...] = ()
+
+    def __post_init__(self) -> None:  # JSON gives lists; keep tuples so loaded objects compare equal
+        object.__setattr__(self, "excess", tuple((int(n), float(t)) for n, t in self.excess))
 
     @property
     def fixed(self) -> float:
-        """The part of a step's cost that no tree size changes: T_draft and T_other less its growth."""
+        """The part of a step's cost that no tree size changes (the rest is in :func:`rule_costs`'s curve)."""
+        if self.excess:
+            return max(0.0, self.t_draft + self.excess[0][1])
         return max(0.0, self.t_draft + self.t_other - self.t_other_per_node * self.reference_nodes)
 
 
 def rule_costs(cost_model: CostModel | None, overheads: StepOverheads | None) -> CostModel | None:
-    """The cost curve the budget rule compares: C(n), plus T_other's growth per node when it was measured."""
-    if cost_model is None or overheads is None or not overheads.t_other_per_node:
+    """The cost curve the budget rule compares: C(n, c) plus the measured excess's rise past its first knot."""
+    if cost_model is None or overheads is None:
         return cost_model
-    return cost_model.with_node_cost(overheads.t_other_per_node)
+    if overheads.excess:
+        base = overheads.excess[0][1]
+        return cost_model.with_extra(tuple((n, t - base) for n, t in overheads.excess))
+    if overheads.t_other_per_node:
+        return cost_model.with_node_cost(overheads.t_other_per_node)
+    return cost_model

@@ -1,4 +1,4 @@
-"""T_other's growth with the tree: measured between two tree sizes and charged per node by the budget rule."""
+"""The step excess over the fitted verification: measured at several tree sizes and charged by the budget rule."""
 
 from __future__ import annotations
 
@@ -32,14 +32,69 @@ class TimedDecoder:
         return GenerationResult([1] * 7, len(prompt), 0.0, 0.0, "max_new_tokens", steps)
 
 
-def test_the_growth_per_node_is_the_line_through_two_tree_sizes():
+def test_the_excess_is_measured_at_each_tree_size():
     ov = profile_overheads(TimedDecoder, (16, 64), [1, 2, 3])
     assert ov.t_draft == pytest.approx(4e-3) and ov.t_other == pytest.approx(2e-3 + 5e-6 * 16)
-    assert ov.t_other_per_node == pytest.approx(5e-6) and ov.reference_nodes == 16
-    # the size-independent part: T_draft and T_other less the growth up to the reference size
-    assert ov.fixed == pytest.approx(4e-3 + 2e-3)
+    assert [n for n, _ in ov.excess] == [16, 64]
+    assert [t for _, t in ov.excess] == pytest.approx([2e-3 + 5e-6 * 16, 2e-3 + 5e-6 * 64])
+    # the size-independent part: T_draft and the excess at the first size; the rise is the curve's
+    assert ov.fixed == pytest.approx(4e-3 + 2e-3 + 5e-6 * 16)
     alone = profile_overheads(TimedDecoder, (16,), [1, 2, 3])
-    assert alone.t_other_per_node == 0.0 and alone.fixed == pytest.approx(4e-3 + 2e-3 + 5e-6 * 16)
+    assert alone.excess == ((16, pytest.approx(2e-3 + 5e-6 * 16)),)
+
+
+class SlowVerifyDecoder(TimedDecoder):
+    """Verification inside decoding takes the model's C(n, c) plus 9 ms (e.g. caches evicted by the drafter)."""
+
+    model = CostModel(SHAPE, PEAKS, PARAMS)
+
+    def generate(self, *a, **kw):
+        res = super().generate(*a, **kw)
+        for st in res.steps:
+            st.context = 40
+            st.t_verify = float(self.model.predict(self.nodes, 40)) + 9e-3
+        return res
+
+
+def test_verification_slower_in_decoding_than_fitted_is_charged_as_a_fixed_cost():
+    ov = profile_overheads(SlowVerifyDecoder, (16, 64), [1, 2, 3], cost_model=SlowVerifyDecoder.model)
+    assert [t for _, t in ov.excess] == pytest.approx([9e-3 + 2e-3 + 5e-6 * 16, 9e-3 + 2e-3 + 5e-6 * 64])
+    assert ov.fixed == pytest.approx(4e-3 + 9e-3 + 2e-3 + 5e-6 * 16)
+    # a larger fixed cost makes each node relatively cheaper: the rule keeps more of them
+    logp = torch.log(torch.linspace(0.5, 1e-4, 127))
+    policy = TreePolicy(n_min=1, n_max=128)
+    curve = rule_costs(SlowVerifyDecoder.model, ov).curve(40, 128)
+    kept = int(count_nodes(logp, policy, curve, ov.fixed))
+    blind = profile_overheads(SlowVerifyDecoder, (16, 64), [1, 2, 3])  # no cost model: T_other alone
+    before = int(count_nodes(logp, policy, rule_costs(SlowVerifyDecoder.model, blind).curve(40, 128), blind.fixed))
+    assert kept > before
+
+
+def test_sizes_the_rule_cannot_reach_are_not_run():
+    made = []
+
+    def decoder_for(n):
+        made.append(n)
+        return SlowVerifyDecoder(n)
+
+    model = SlowVerifyDecoder.model  # C(256) is ~4x a 16-node step, C(1024) over 3x the whole step
+    ov = profile_overheads(decoder_for, (16, 64, 256, 1024), [1, 2, 3], cost_model=model)
+    assert [n for n, _ in ov.excess] == [16, 64, 256] and made == [16, 64, 256]
+
+
+class FallingDecoder(TimedDecoder):
+    """T_other smaller at the larger size (noise): the knots must not fall."""
+
+    def generate(self, *a, **kw):
+        res = super().generate(*a, **kw)
+        for st in res.steps:
+            st.t_tree = st.t_commit = (1e-3 if self.nodes > 16 else 2e-3) / 2
+        return res
+
+
+def test_the_knots_never_fall():
+    ov = profile_overheads(FallingDecoder, (16, 64), [1, 2, 3])
+    assert [t for _, t in ov.excess] == pytest.approx([2e-3, 2e-3])
 
 
 class NoisyDecoder(TimedDecoder):
@@ -59,38 +114,46 @@ class NoisyDecoder(TimedDecoder):
 def test_the_steadiest_run_counts():
     NoisyDecoder.calls = 0
     ov = profile_overheads(NoisyDecoder, (16, 64), [1, 2, 3])
-    assert ov.t_other == pytest.approx(2e-3 + 5e-6 * 16) and ov.t_other_per_node == pytest.approx(5e-6)
+    assert ov.t_other == pytest.approx(2e-3 + 5e-6 * 16)
+    assert [t for _, t in ov.excess] == pytest.approx([2e-3 + 5e-6 * 16, 2e-3 + 5e-6 * 64])
 
 
 def test_probe_sizes_follow_the_policy():
-    assert overhead_budgets(TreePolicy(n_min=8)) == (16, 64)
+    assert overhead_budgets(TreePolicy(n_min=8)) == (16, 64, 256)
     assert overhead_budgets(TreePolicy(n_min=32, n_max=128)) == (64, 128)
     assert overhead_budgets(TreePolicy(n_min=16, n_max=32)) == (32,)  # no larger size to measure: no growth
 
 
 def test_the_rule_charges_the_growth_and_keeps_smaller_trees():
     base = CostModel(SHAPE, PEAKS, PARAMS)
-    ov = StepOverheads(4e-3, 2e-3, t_other_per_node=2e-5, reference_nodes=16)
+    ov = StepOverheads(4e-3, 2e-3, excess=((16, 2e-3), (64, 2e-3 + 48 * 2e-5), (128, 2e-3 + 48 * 2e-5 + 64 * 4e-5)))
     charged = rule_costs(base, ov)
     n = torch.arange(130, dtype=torch.float64)
-    torch.testing.assert_close(charged.curve(256, 128) - base.curve(256, 128), 2e-5 * n * (n > 0))
+    # zero at the first knot, the measured rise between knots, the end segments extended past them
+    rise = torch.where(n <= 64, 2e-5 * (n - 16), 48 * 2e-5 + 4e-5 * (n - 64))
+    torch.testing.assert_close(charged.curve(256, 128) - base.curve(256, 128), rise * (n > 0))
+    legacy = rule_costs(base, StepOverheads(4e-3, 2e-3, t_other_per_node=2e-5, reference_nodes=16))
+    torch.testing.assert_close(legacy.curve(256, 128) - base.curve(256, 128), 2e-5 * n * (n > 0))
     assert rule_costs(base, StepOverheads(4e-3, 2e-3)) is base  # nothing measured: the curve as fitted
     # candidates of falling probability: each node is now dearer, so the rule stops earlier
     logp = torch.log(torch.linspace(0.5, 1e-4, 127))
     policy = TreePolicy(n_min=1, n_max=128)
     kept = int(count_nodes(logp, policy, charged.curve(256, 128), ov.fixed))
-    before = int(count_nodes(logp, policy, base.curve(256, 128), StepOverheads(4e-3, 2e-3).fixed))
+    before = int(count_nodes(logp, policy, base.curve(256, 128), ov.fixed))
     assert 1 < kept < before
 
 
 def test_calibration_files_keep_the_growth_and_older_files_load_without_it(tmp_path):
-    ov = StepOverheads(1e-3, 1e-3, t_other_per_node=3e-6, reference_nodes=16)
+    ov = StepOverheads(1e-3, 1e-3, excess=((16, 1.2e-3), (64, 1.5e-3)))
     cal = Calibration("m", {}, CostModel(SHAPE, PEAKS, PARAMS), ov, {"heldout_mape": 0.01}, {},
                       [{"s": 8, "c": 16, "latency_s": 1e-3}])
     path = tmp_path / "cal.json"
     cal.save(path)
     assert Calibration.load(path).overheads == ov
     data = json.loads(path.read_text())
+    data["overheads"] = {"t_draft": 1e-3, "t_other": 1e-3, "t_other_per_node": 3e-6, "reference_nodes": 16}
+    path.write_text(json.dumps(data))  # session 9's linear form
+    assert Calibration.load(path).overheads == StepOverheads(1e-3, 1e-3, 3e-6, 16)
     data["overheads"] = {"t_draft": 1e-3, "t_other": 1e-3}  # written before the growth was measured
     path.write_text(json.dumps(data))
     assert Calibration.load(path).overheads == StepOverheads(1e-3, 1e-3)

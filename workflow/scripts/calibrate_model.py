@@ -1,6 +1,7 @@
 """A small model's whole calibration chain in one job: hardware, latency grid(s) and overheads."""
 
 from bastion.calibration import stages
+from bastion.calibration.overheads import describe_overheads
 from bastion.pipeline import compile_cache
 from bastion.pipeline.gpu_slots import pinned
 from bastion.pipeline.joblog import job_log
@@ -17,4 +18,4 @@ with job_log(snakemake.log[0]), pinned(p.device):
     )
     for cal in calibrations:
         print(f"T={cal.temperature:g}: held-out error {cal.report.get('heldout_mape', float('nan')):.3f}, "
-              f"T_draft {cal.overheads.t_draft * 1e3:.3f} ms, T_other {cal.overheads.t_other * 1e3:.3f} ms")
+              f"{describe_overheads(cal.overheads)}")
