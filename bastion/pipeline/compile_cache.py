@@ -12,7 +12,8 @@ jobs, reruns after a change, jobs on other nodes.
 The caches key their entries by the code traced, the shapes, the torch and Triton
 versions and the GPU, and write them atomically, so one folder per hardware key is safe
 for concurrent jobs.  Dynamo's tracing and the graph captures are not cached: a job
-still pays for those.  A ``TORCHINDUCTOR_CACHE_DIR`` the user set wins.
+still pays for those.  A ``TORCHINDUCTOR_CACHE_DIR`` or ``TRITON_CACHE_DIR`` the user
+set wins.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-ENV = "TORCHINDUCTOR_CACHE_DIR"  # Triton's cache lives under it unless TRITON_CACHE_DIR is set
+ENV = "TORCHINDUCTOR_CACHE_DIR"
+TRITON_ENV = "TRITON_CACHE_DIR"
 
 
 def folder(hardware: str) -> Path:
@@ -29,9 +31,14 @@ def folder(hardware: str) -> Path:
 
 
 def persist(hardware: str) -> str:
-    """Point torch.compile's caches at :func:`folder` (before anything compiles); returns the folder used."""
-    if os.environ.get(ENV):
-        return os.environ[ENV]
-    path = folder(hardware).resolve()  # made by Inductor when it first writes (never on a CPU run)
-    os.environ[ENV] = str(path)
-    return str(path)
+    """Point torch.compile's and Triton's caches at :func:`folder` (before anything compiles); returns the folder used.
+
+    Triton's own cache is set too: Inductor points it under its folder only when its first
+    kernel loads, so a ``@triton.jit`` kernel launched earlier (path ranking's) would
+    compile into ``~/.triton`` of the node and again on the next one.  Either variable
+    the user set wins.
+    """
+    path = os.environ.get(ENV) or str(folder(hardware).resolve())  # made when first written (never on a CPU run)
+    os.environ[ENV] = path
+    os.environ.setdefault(TRITON_ENV, str(Path(path) / "triton"))
+    return path
