@@ -144,10 +144,6 @@ class CostModel:
         ``c`` and the attention terms are linear in it, so both are precomputed once per
         (n_max, device) and each step costs a few fused ops with no host transfer.
         """
-        return self.curve_from(self.curve_parts(n_max, device), c)
-
-    def curve_parts(self, n_max: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, ...]:
-        """The precomputed, context-free parts of :meth:`curve` (made once per (n_max, device), then cached)."""
         key = (n_max, str(device))
         if key not in self._curve_cache:
             s = np.arange(n_max + 2, dtype=np.float64)
@@ -159,14 +155,11 @@ class CostModel:
             layers = layers + self.extra_cost(s)  # what a step of n nodes costs outside the fitted verification
             self._curve_cache[key] = (as_t(layers), as_t(t0.kv), as_t(t1.kv - t0.kv), as_t(t0.att),
                                       as_t(t1.att - t0.att))
-        return self._curve_cache[key]
-
-    def curve_from(self, parts: tuple[torch.Tensor, ...], c) -> torch.Tensor:
-        """:meth:`curve` from its :meth:`curve_parts`: tensor operations only, so ``torch.compile`` can fuse them."""
-        layers, kv0, kv1, att0, att1 = parts
+        layers, kv0, kv1, att0, att1 = self._curve_cache[key]
         t = RooflineTerms(lin=None, stream=None, kv=kv0 + kv1 * c, att=att0 + att1 * c)
         out = combine(self.params, t, layers=layers)
-        return torch.cat([out.new_zeros(1), out[1:]])  # C(0) = 0; no host-to-device copy (CUDA graph capture)
+        out[:1].fill_(0.0)  # fill_: no host-to-device copy, so a CUDA graph can capture it
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {"shape": asdict(self.shape), "peaks": asdict(self.peaks), "params": asdict(self.params)}

@@ -3,9 +3,8 @@
 Everything the static engine preallocates and replays stays as it is; two things change.
 The target's layers run as the two functions of :class:`~bastion.engines.static_layers.FusedLayers`
 (attention and MLP blocks with their norms and residuals fused), and on CUDA the tree
-phase's small element-wise step functions are compiled too, the budget rule's count
-among them (path ranking keeps its own kernels, see :mod:`bastion.speculative.path_rank`):
-about 130 launches fewer per step.
+phase's small element-wise step functions are compiled too (path ranking keeps its own
+kernels, see :mod:`bastion.speculative.path_rank`): about 100 launches fewer per step.
 On a CPU the same functions run uncompiled, which is how CI checks them against eager.
 """
 
@@ -29,4 +28,3 @@ def fuse(engine: StaticEngine) -> None:
         engine.select = torch.compile(engine.select)
         engine.build = torch.compile(engine.build, dynamic=True)
         engine.commit = torch.compile(engine.commit, dynamic=True)
-        engine.count = torch.compile(engine.count, dynamic=True)

@@ -220,14 +220,9 @@ class StaticEngine:
         if policy.budget is not None:
             self.readback[1].fill_(min(policy.budget, got + 1))
         else:
-            parts = cost_model.curve_parts(policy.n_max, self.device)  # made once, outside any compiled function
-            self.readback[1].copy_(self.count(logp, parts, cost_model, policy, fixed_cost))
+            curve = cost_model.curve(self.length, policy.n_max, device=self.device)  # C(n) at this context
+            self.readback[1].copy_(count_nodes(logp, policy, curve, fixed_cost))
         return got
-
-    def count(self, logp: torch.Tensor, parts: tuple[torch.Tensor, ...], cost_model, policy: TreePolicy,
-              fixed_cost: float) -> torch.Tensor:
-        """The rule's node count (0-d), C(n) at this context: ~35 small kernels, fused by the compiled engine."""
-        return count_nodes(logp, policy, cost_model.curve_from(parts, self.length), fixed_cost)
 
     def build(self, ranked: bool, n: int) -> None:
         """Compile the ``n``-node tree into the tree buffers: ranked paths (BASTION) or a chain."""
