@@ -191,9 +191,10 @@ class StepOverheads:
     - ``T_other`` grows with the tree: on an H200 the tiny pair's steps cost 0.98 ms at 32
       nodes and 1.21 ms at 155-162.  Left out, or measured at 16 and 64 nodes only (twice
       too small), that growth let the trees grow to ~160 nodes, slower than a fixed 32.
-    - Verification inside decoding need not take what the same forward took probed
-      alone (the drafter runs in between, and on a CPU evicts the target's weights from
-      the caches); the knots charge what decoding measured.
+    - Verification inside decoding need not take what the fitted C(n, c) says: the fit
+      has its own error at each size, and the drafter's work runs in between.  On the
+      2-core CPU, 16-node verifications took about 2.4 ms less inside decoding than the
+      fitted ~42 ms; the knots charge what decoding measured.
 
     The budget rule charges ``T_draft`` plus the first knot as the fixed cost and the
     knots' rise as part of each larger tree's cost (:func:`rule_costs`).  Calibrations
