@@ -1,13 +1,11 @@
-"""torch.compile's caches in the results folder, so later jobs load kernels instead of compiling them.
+"""torch.compile's and Triton's caches in the results folder, for later jobs to load instead of compiling.
 
-A GPU job on the compiled engine spends most of its overhead in ``torch.compile`` and
-CUDA graph capture (the tiny experiment's decode job on an H200: about 45 of its 72 s,
-docs/performance.md).  Inductor and Triton cache what they compile, by default under
-``/tmp`` of the machine that compiled it: on a cluster the next job usually lands on
-another node, or the same node after ``/tmp`` was cleaned, and compiles everything
-again.  Pointed into ``results/{hardware}/compile_cache`` (a shared file system on a
-cluster), the caches serve every later job of that hardware key: the other methods'
-jobs, reruns after a change, jobs on other nodes.
+Inductor and Triton cache what they compile, by default under ``/tmp`` or the home
+folder of the machine that compiled it: on a cluster the next job usually lands on
+another node, or the same node after ``/tmp`` was cleaned.  Pointed into
+``results/{hardware}/compile_cache`` (a shared file system on a cluster), the caches are
+where every later job of that hardware key can find them: the other methods' jobs,
+reruns after a change, jobs on other nodes.
 
 The caches key their entries by the code traced, the shapes, the torch and Triton
 versions and the GPU, and write them atomically, so one folder per hardware key is safe
