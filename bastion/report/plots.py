@@ -102,9 +102,13 @@ def _budget_of(method: str) -> float:
         return float("nan")
 
 
-def budget_ablation(cells_csv: str | os.PathLike, out_pdf: str | os.PathLike,
+def budget_ablation(cells_csv: str | os.PathLike | Sequence[str | os.PathLike], out_pdf: str | os.PathLike,
                     title: Mapping[str, Any] | str) -> None:
-    """Speedup against a fixed tree budget, averaged over datasets, with the adaptive point marked."""
+    """Speedup against a fixed tree budget, averaged over datasets, with the adaptive point marked.
+
+    ``cells_csv`` may be several files: the pipeline keeps the fixed budgets' cells apart
+    from the main comparison's (adaptive BASTION and DFlash).
+    """
     what = "budget_ablation"
     df = read_csvs(cells_csv)
     require(df, ["model", "dataset", "temperature", "method", "speedup"], what)

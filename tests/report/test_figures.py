@@ -280,6 +280,17 @@ def test_budget_ablation(tmp_path):
         plots.budget_ablation(make_cells(tmp_path, methods=("ar", "dflash", "bastion"), name="n.csv"), out, TITLE)
 
 
+def test_budget_ablation_from_the_pipelines_two_aggregates(tmp_path):
+    """The pipeline's main cells (adaptive, DFlash) and ablation cells (AR again, fixed budgets)."""
+    main = make_cells(tmp_path, models=("m1",), temps=(0.0,), methods=("ar", "dflash", "bastion"), name="main.csv")
+    fixed = make_cells(tmp_path, models=("m1",), temps=(0.0,), methods=("ar", "bastion-b16", "bastion-b64"),
+                       name="fixed.csv")
+    out = tmp_path / "two.pdf"
+    plots.budget_ablation([main, fixed], out, TITLE)
+    adaptive = pd.read_csv(main).query("method == 'bastion'")["speedup"].mean()
+    assert_pdf_has(out, f"adaptive BASTION ({adaptive:.2f}x at 24.0 nodes)", "fixed budget", "16", "64")
+
+
 def test_cost_model_fit(tmp_path):
     out = tmp_path / "fit.pdf"
     grids = [make_grid(tmp_path, "m1"), make_grid(tmp_path, "m2", heldout=False)]

@@ -2,7 +2,8 @@
 
 - `tiny` (`decode_jobs: model`): one `decode_model` job per (hardware, model,
   temperature) writes every dataset's and method's file; with `decode_jobs: cell`, one
-  `decode_cell` job per dataset; never a per-method `decode` job.
+  `decode_cell` job per dataset; never a per-method `decode` job.  The budget ablation's
+  fixed budgets are a job of their own, which the speedup table does not wait for.
 - `paper` (`decode_jobs: method`): one `decode` job per method, cached and rerun alone.
 - `model` or `cell` with `shards` > 1 is refused before any job, naming both keys and the fix.
 """
@@ -28,12 +29,28 @@ def test_tiny_plans_one_decode_job_and_one_calibration_job(work, tmp_path):
     dry = smk(work, "-n", "--", "figures/speedup_table.pdf").stdout
     block = next(b for b in re.split(r"\n(?=rule )", dry) if b.startswith("rule decode_model:"))
     outputs = re.search(r"\n\s+output: (.*)", block).group(1).split(",")
-    assert len(outputs) == 2 * 7  # both datasets x (ar, eagle3, dflash, bastion, three fixed budgets)
+    assert len(outputs) == 2 * 4  # both datasets x (ar, eagle3, dflash, bastion)
+    assert "decode_model_ablation" not in plan and "aggregate_ablation" not in plan
     overlay = tmp_path / "cell.yaml"
     overlay.write_text("experiments:\n  tiny:\n    decode_jobs: cell\n    calibration_jobs: chain\n")
     plan = planned(work, "--configfile", "config.yaml", str(overlay), "--", "figures/speedup_table.pdf")
-    assert plan.get("decode_cell") == 2 and "decode_model" not in plan  # 2 datasets x 1 temperature, 7 methods each
+    assert plan.get("decode_cell") == 2 and "decode_model" not in plan  # 2 datasets x 1 temperature, 4 methods each
+    assert "decode_cell_ablation" not in plan
     assert plan.get("measure_hardware") == 1 and plan.get("calibrate_latency") == 1 and plan.get("profile_constants") == 1
+
+
+def test_the_budget_ablation_is_a_job_of_its_own(work):
+    """The fixed budgets: one more job per (hardware, model, temperature), aggregated apart."""
+    dry = smk(work, "-n", "--", "figures/budget_ablation.pdf").stdout
+    plan = planned(work, "--", "figures/budget_ablation.pdf")
+    assert plan.get("decode_model") == 1 and plan.get("decode_model_ablation") == 1
+    assert plan.get("aggregate_results") == 1 and plan.get("aggregate_ablation") == 1
+    block = next(b for b in re.split(r"\n(?=(?:local)?rule )", dry) if b.startswith("rule decode_model_ablation:"))
+    inputs = re.search(r"\n\s+input: (.*)", block).group(1)
+    outputs = {"/".join(x.strip().split("/")[-3::2])  # dataset/method.jsonl
+               for x in re.search(r"\n\s+output: (.*)", block).group(1).split(",")}
+    assert outputs == {f"{d}/bastion-b{b}.jsonl" for d in ("humaneval-pkg", "stdlib-heldout") for b in (8, 16, 32)}
+    assert "ar.jsonl" not in inputs  # single-turn sets: the ablation never waits for (or reruns after) the main job
 
 
 def test_paper_keeps_one_job_per_method(work):
@@ -51,7 +68,8 @@ def test_cell_and_shards_are_refused_before_any_job(work):
 
 
 def test_a_multi_turn_cell_writes_all_methods_without_waiting_for_ar(work, tmp_path):
-    """mt-bench in a cell: AR runs first inside the job, so the job reads no AR file."""
+    """mt-bench in a cell: AR runs first inside the job, so the job reads no AR file; the
+    ablation's job of the cell reads AR's answers, its turn histories."""
     overlay = tmp_path / "cell.yaml"
     overlay.write_text("experiments:\n  paper:\n    decode_jobs: cell\n")
     cell = "results/h200/qwen3-8b/mt-bench/t0"
@@ -62,9 +80,16 @@ def test_a_multi_turn_cell_writes_all_methods_without_waiting_for_ar(work, tmp_p
     inputs = re.search(r"\n\s+input: (.*)", block).group(1)
     outputs = {x.strip() for x in re.search(r"\n\s+output: (.*)", block).group(1).split(",")}
     assert "ar.jsonl" not in inputs and "results/h200/qwen3-8b/calibration.json" in inputs
-    methods = ["ar", "eagle3", "dflash", "bastion"] + [f"bastion-b{b}" for b in (32, 64, 128, 256, 512, 1024)]
-    assert outputs == {f"{cell}/{m}.jsonl" for m in methods}
+    assert outputs == {f"{cell}/{m}.jsonl" for m in ("ar", "eagle3", "dflash", "bastion")}
     assert re.search(r"decode_cell\s+1\b", out) and not re.search(r"^\s*decode\s+\d", out, re.M)
+    res = smk(work, "-n", "--configfile", "config.yaml", str(overlay), "--config", "experiment=paper", "hardware=h200",
+              "--", f"{cell}/bastion-b64.jsonl", timeout=300)
+    out = res.stdout + res.stderr
+    block = next(b for b in re.split(r"\n(?=rule )", out) if b.startswith("rule decode_cell_ablation:"))
+    assert f"{cell}/ar.jsonl" in re.search(r"\n\s+input: (.*)", block).group(1)
+    outputs = {x.strip() for x in re.search(r"\n\s+output: (.*)", block).group(1).split(",")}
+    assert outputs == {f"{cell}/bastion-b{b}.jsonl" for b in (32, 64, 128, 256, 512, 1024)}
+    assert re.search(r"decode_cell\s+1\b", out) and re.search(r"decode_cell_ablation\s+1\b", out)
 
 
 def test_eagle3_tree_keys_are_validated(work, tmp_path):

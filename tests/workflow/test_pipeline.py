@@ -87,7 +87,7 @@ def test_lint_and_paper_plan_without_network(work):
 
 def test_fingerprint_change_reruns_calibration_and_decoding(work):
     plan = planned(work, "--config", "attn_impl=eager", "--", "figures/speedup_table.pdf")
-    # tiny calibrates in one job (`calibration_jobs: one`) and decodes both datasets' seven methods in one
+    # tiny calibrates in one job (`calibration_jobs: one`) and decodes both datasets' four methods in one
     assert plan.get("calibrate_model") == 1 and plan.get("decode_model") == 1
     assert "prepare_dataset" not in plan and "fetch_model" not in plan and "decode" not in plan
 

@@ -1,4 +1,6 @@
-# Aggregation: per-prompt, per-step and per-cell tables of one hardware key's results.
+# Aggregation: per-prompt, per-step and per-cell tables of one hardware key's results: the
+# main comparison, and apart from it the budget ablation's fixed budgets (with AR's outputs,
+# their speedup baseline), so that the paper's tables never wait for the ablation.
 
 
 rule aggregate_results:
@@ -22,6 +24,25 @@ rule aggregate_results:
         "logs/aggregate_results/{hardware}/{experiment}.log",
     benchmark:
         "logs/benchmarks/aggregate_results/{hardware}/{experiment}.tsv"
+    conda:
+        "../../envs/bastion.yaml"
+    script:
+        "../scripts/aggregate_results.py"
+
+
+rule aggregate_ablation:
+    input:
+        ablation_aggregate_inputs,
+    output:
+        per_prompt="results/{hardware}/aggregate/{experiment}/ablation/per_prompt.csv",
+        cells="results/{hardware}/aggregate/{experiment}/ablation/cells.csv",
+        steps="results/{hardware}/aggregate/{experiment}/ablation/steps.csv",
+    params:
+        code=CODE_REPORT,
+    log:
+        "logs/aggregate_ablation/{hardware}/{experiment}.log",
+    benchmark:
+        "logs/benchmarks/aggregate_ablation/{hardware}/{experiment}.tsv"
     conda:
         "../../envs/bastion.yaml"
     script:

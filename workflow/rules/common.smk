@@ -159,7 +159,11 @@ TEMPS = [temperature_dir(t) for t in EXP["temperatures"]]
 DATASETS = list(EXP["datasets"])
 MODELS = list(EXP["models"])
 ABLATION = list(EXP.get("budget_ablation", []))
-METHODS = [BASELINE] + [m for m in EXP["methods"] if m != BASELINE] + [ablation_method(b) for b in ABLATION]
+# The paper's comparison (AR first) and the fixed-budget runs of the budget ablation.  They
+# are decoded and aggregated apart, so that the speedup table never waits for the ablation.
+MAIN_METHODS = [BASELINE] + [m for m in EXP["methods"] if m != BASELINE]
+ABLATION_METHODS = [ablation_method(b) for b in ABLATION]
+METHODS = MAIN_METHODS + ABLATION_METHODS
 
 
 wildcard_constraints:
@@ -177,14 +181,20 @@ def decode_output(hardware, model, dataset, temperature, method):
     return f"results/{hardware}/{model}/{dataset}/t{temperature}/{method}.jsonl"
 
 
-def all_decode_outputs(hardware=HW):
+def all_decode_outputs(hardware=HW, methods=None):
+    """Every decode output of ``methods`` (default: the main comparison) on ``hardware``."""
     return [
         decode_output(hardware, m, d, t, meth)
         for m in MODELS
         for d in DATASETS
         for t in TEMPS
-        for meth in METHODS
+        for meth in (MAIN_METHODS if methods is None else methods)
     ]
+
+
+def ablation_aggregate_inputs(wildcards):
+    """The ablation's fixed-budget outputs, with AR's (the speedup baseline) beside them."""
+    return all_decode_outputs(wildcards.hardware, [BASELINE, *ABLATION_METHODS])
 
 
 def aggregate_dir(hardware=HW):
@@ -300,8 +310,8 @@ def decode_params(wildcards):
     return method_knobs(wildcards.dataset, wildcards.temperature, wildcards.method)
 
 
-def cell_runs(hardware, model, dataset, temperature):
-    """Method -> its knobs, dataset, data, output and history file (AR's output, on multi-turn sets), AR first."""
+def cell_runs(hardware, model, dataset, temperature, methods):
+    """Method -> its knobs, dataset, data, output and history file (AR's output, on multi-turn sets), in order."""
     cell = (hardware, model, dataset, temperature)
     multi_turn = dataset in MULTI_TURN_DATASETS
     return {
@@ -310,21 +320,47 @@ def cell_runs(hardware, model, dataset, temperature):
             "dataset": dataset,
             "data": f"results/datasets/{dataset}.jsonl",
             "output": decode_output(*cell, m),
-            # AR runs first in the cell and writes the histories of the others' later turns
+            # AR runs first in the main cell and writes the histories of the others' later turns
             "history": decode_output(*cell, BASELINE) if multi_turn and m != BASELINE else None,
         }
-        for m in METHODS
+        for m in methods
     }
 
 
-def decode_cell_params(wildcards):
-    return cell_runs(wildcards.hardware, wildcards.model, wildcards.dataset, wildcards.temperature)
+def decode_cell_params(wildcards, methods=MAIN_METHODS):
+    return cell_runs(wildcards.hardware, wildcards.model, wildcards.dataset, wildcards.temperature, methods)
 
 
-def decode_model_params(wildcards):
+def decode_model_params(wildcards, methods=MAIN_METHODS):
     """"dataset/method" -> the runs of every cell of this (hardware, model, temperature), dataset by dataset."""
     return {
         f"{d}/{m}": knobs
         for d in DATASETS
-        for m, knobs in cell_runs(wildcards.hardware, wildcards.model, d, wildcards.temperature).items()
+        for m, knobs in cell_runs(wildcards.hardware, wildcards.model, d, wildcards.temperature, methods).items()
     }
+
+
+def ablation_cell_params(wildcards):
+    return decode_cell_params(wildcards, ABLATION_METHODS)
+
+
+def ablation_model_params(wildcards):
+    return decode_model_params(wildcards, ABLATION_METHODS)
+
+
+def _histories(wildcards, datasets):
+    """AR's outputs of the multi-turn sets among ``datasets``: the ablation runs' histories.
+
+    Only those: on single-turn sets the ablation jobs do not wait for (or rerun after) the
+    main job.
+    """
+    return [decode_output(wildcards.hardware, wildcards.model, d, wildcards.temperature, BASELINE)
+            for d in datasets if d in MULTI_TURN_DATASETS]
+
+
+def ablation_cell_inputs(wildcards):
+    return {**cell_inputs(wildcards), "history": _histories(wildcards, [wildcards.dataset])}
+
+
+def ablation_model_inputs(wildcards):
+    return {**model_inputs(wildcards), "history": _histories(wildcards, DATASETS)}

@@ -2,7 +2,9 @@
 # with `decode_jobs: cell` one job per (hardware, model, dataset, temperature) that decodes
 # every method in one process (models and engine loaded once) into the same files; with
 # `decode_jobs: model` one job per (hardware, model, temperature) for every dataset too.
-# Jobs append finished prompts to <output>.partial and resume from it after a kill.
+# In those two modes the budget ablation's fixed-budget runs are a job of their own
+# (`decode_cell_ablation`, `decode_model_ablation`), so the speedup table never waits
+# for them.  Jobs append finished prompts to <output>.partial and resume from it after a kill.
 
 
 SHARDS = int(config["shards"])
@@ -16,7 +18,7 @@ if DECODE_JOBS == "model":
             expand(
                 "results/{{hardware}}/{{model}}/{dataset}/t{{temperature}}/{method}.jsonl",
                 dataset=DATASETS,
-                method=METHODS,
+                method=MAIN_METHODS,
             ),
         params:
             knobs=decode_model_params,
@@ -34,6 +36,33 @@ if DECODE_JOBS == "model":
         script:
             "../scripts/decode_cell.py"
 
+    if ABLATION_METHODS:
+
+        rule decode_model_ablation:
+            input:
+                unpack(ablation_model_inputs),
+            output:
+                expand(
+                    "results/{{hardware}}/{{model}}/{dataset}/t{{temperature}}/{method}.jsonl",
+                    dataset=DATASETS,
+                    method=ABLATION_METHODS,
+                ),
+            params:
+                knobs=ablation_model_params,
+                software=SOFTWARE,
+                code=CODE_DECODE,
+            threads: 1
+            resources:
+                **gpu_resources(),
+            log:
+                "logs/decode_model_ablation/{hardware}/{model}/t{temperature}.log",
+            benchmark:
+                "logs/benchmarks/decode_model_ablation/{hardware}/{model}/t{temperature}.tsv"
+            conda:
+                "../../envs/bastion.yaml"
+            script:
+                "../scripts/decode_cell.py"
+
 elif DECODE_JOBS == "cell":
 
     rule decode_cell:
@@ -42,7 +71,7 @@ elif DECODE_JOBS == "cell":
         output:
             expand(
                 "results/{{hardware}}/{{model}}/{{dataset}}/t{{temperature}}/{method}.jsonl",
-                method=METHODS,
+                method=MAIN_METHODS,
             ),
         params:
             knobs=decode_cell_params,
@@ -59,6 +88,32 @@ elif DECODE_JOBS == "cell":
             "../../envs/bastion.yaml"
         script:
             "../scripts/decode_cell.py"
+
+    if ABLATION_METHODS:
+
+        rule decode_cell_ablation:
+            input:
+                unpack(ablation_cell_inputs),
+            output:
+                expand(
+                    "results/{{hardware}}/{{model}}/{{dataset}}/t{{temperature}}/{method}.jsonl",
+                    method=ABLATION_METHODS,
+                ),
+            params:
+                knobs=ablation_cell_params,
+                software=SOFTWARE,
+                code=CODE_DECODE,
+            threads: 1
+            resources:
+                **gpu_resources(),
+            log:
+                "logs/decode_cell_ablation/{hardware}/{model}/{dataset}/t{temperature}.log",
+            benchmark:
+                "logs/benchmarks/decode_cell_ablation/{hardware}/{model}/{dataset}/t{temperature}.tsv"
+            conda:
+                "../../envs/bastion.yaml"
+            script:
+                "../scripts/decode_cell.py"
 
 elif SHARDS == 1:
 

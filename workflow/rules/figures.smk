@@ -15,7 +15,7 @@ rule make_speedup_table:
     params:
         title=TITLE,
         code=CODE_REPORT,
-        methods=[m for m in METHODS if not m.startswith(ABLATION_PREFIX)],
+        methods=MAIN_METHODS,
     log:
         "logs/make_speedup_table.log",
     benchmark:
@@ -34,7 +34,7 @@ rule plot_speedup_bars:
     params:
         title=TITLE,
         code=CODE_REPORT,
-        methods=[m for m in METHODS if not m.startswith(ABLATION_PREFIX)],
+        methods=MAIN_METHODS,
     log:
         "logs/plot_speedup_bars.log",
     benchmark:
@@ -83,7 +83,7 @@ rule plot_tree_budget:
 
 rule plot_budget_ablation:
     input:
-        cells=f"{AGG}/cells.csv",
+        cells=[f"{AGG}/cells.csv", f"{AGG}/ablation/cells.csv"],  # adaptive BASTION and DFlash; the fixed budgets
     output:
         report("figures/budget_ablation.pdf", caption="../report/budget_ablation.rst", category="Figures"),
     params:
@@ -142,6 +142,7 @@ if config.get("local_cpu_rules", True):
         prepare_dataset,
         fetch_model,
         aggregate_results,
+        aggregate_ablation,
         make_speedup_table,
         plot_speedup_bars,
         plot_acceptance_length,
