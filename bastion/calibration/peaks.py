@@ -16,8 +16,8 @@ from bastion.costmodel.roofline import HardwarePeaks
 from bastion.engines.choice import sync
 
 
-def median_time(fn: Callable[[], Any], device: torch.device, warmup: int, repeats: int) -> tuple[float, float]:
-    """Median and spread of ``fn``'s wall time, each call bracketed by device syncs."""
+def sample_times(fn: Callable[[], Any], device: torch.device, warmup: int, repeats: int) -> list[float]:
+    """``fn``'s wall time over ``repeats`` calls after ``warmup`` untimed ones, each bracketed by device syncs."""
     for _ in range(warmup):
         fn()
     times = []
@@ -27,6 +27,12 @@ def median_time(fn: Callable[[], Any], device: torch.device, warmup: int, repeat
         fn()
         sync(device)
         times.append(time.perf_counter() - t0)
+    return times
+
+
+def median_time(fn: Callable[[], Any], device: torch.device, warmup: int, repeats: int) -> tuple[float, float]:
+    """Median and spread of ``fn``'s wall time (:func:`sample_times`)."""
+    times = sample_times(fn, device, warmup, repeats)
     return statistics.median(times), (statistics.pstdev(times) if len(times) > 1 else 0.0)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -90,13 +91,18 @@ def fake_timing(monkeypatch):
     truth = CostModel(ModelShape.from_config(tiny_target().config, 4), PEAKS,
                       CostParams(1.0, 2e-3, 1.0, 1e-3, u_kv=3.0, u_att=2.0, f_kv=20.0, f_att=0.2, f_peak=1.0))
     rng = np.random.default_rng(0)
-    state = {"level": 0.0}
+    state = {"level": 0.0, "calls": 0, "slow": lambda call: False}
 
-    def median_time(step, device, warmup, repeats):
+    def sample_times(step, device, warmup, repeats):
         s, c = step
-        return float(truth.predict(s, c)) * math.exp(state["level"] * rng.standard_normal()), 0.0
+        out = []
+        for _ in range(repeats):  # a slow spell: the calls state["slow"] picks take 1.7x
+            spell = 1.7 if state["slow"](state["calls"]) else 1.0
+            state["calls"] += 1
+            out.append(float(truth.predict(s, c)) * spell * math.exp(state["level"] * rng.standard_normal()))
+        return out
 
-    monkeypatch.setattr(grid_mod, "median_time", median_time)
+    monkeypatch.setattr(grid_mod, "sample_times", sample_times)
     return truth, state
 
 
@@ -127,6 +133,50 @@ def test_quality_gate_measures_again_once(fake_timing):
     _, _, report = gated_fit(measure, shape, PEAKS, g.holdout_every)
     gate = report["quality_gate"]
     assert counter["n"] == 2 and gate["passed"] and gate["attempts"][0]["heldout_mape"] > 0.10
+
+
+def test_a_slow_spell_in_one_pass_leaves_the_fit_straight(fake_timing):
+    """The CPU grid times every point once in each of 3 passes; a spell slowing 40 points of
+    one pass bends nothing, where one pass of 3 repeats (the old CPU grid) fails the gate."""
+    _, state = fake_timing
+    g = Grid.named("small")
+    probe = FakeProbe([])
+    shape = ModelShape.from_config(probe.target.config, 4)
+    n = len(g.points())
+    assert g.rounds == 3 and g.repeats == 1 and n == 64
+    state["slow"] = lambda call: n + 10 <= call < n + 50  # points 10-49 of the second pass
+    _, report = grid_mod.fit_probe(probe_grid(probe, g), shape, PEAKS, g.holdout_every)
+    assert report["heldout_mape"] < 0.01
+    state["calls"] = 0
+    state["slow"] = lambda call: 30 <= call < 150  # the same 40 points' 3 back-to-back repeats
+    one_pass = dataclasses.replace(g, rounds=1, repeats=3)
+    _, report = grid_mod.fit_probe(probe_grid(probe, one_pass), shape, PEAKS, g.holdout_every)
+    assert report["heldout_mape"] > 0.10, report
+
+
+def test_the_second_measurement_pools_both(fake_timing):
+    """Spells over two passes of different points in each measurement: each alone fails the
+    gate, their pooled times (each point slow in at most 2 of 6) pass it."""
+    _, state = fake_timing
+    g = Grid.named("small")
+    probe = FakeProbe([])
+    shape = ModelShape.from_config(probe.target.config, 4)
+    n = len(g.points())
+    per = n * g.rounds  # calls per measurement
+
+    def slow(call):
+        attempt, k = divmod(call, per)
+        point, passes = k % n, k // n < 2
+        return passes and ((10 <= point < 40) if attempt == 0 else (point < 10 or point >= 40))
+
+    state["slow"] = slow
+    alone = [grid_mod.fit_probe(probe_grid(probe, g), shape, PEAKS, g.holdout_every)[1]["heldout_mape"]
+             for _ in range(2)]
+    assert min(alone) > 0.10, alone
+    state["calls"] = 0
+    _, _, report = gated_fit(lambda: probe_grid(probe, g), shape, PEAKS, g.holdout_every)
+    gate = report["quality_gate"]
+    assert gate["passed"] and len(gate["attempts"]) == 2 and report["heldout_mape"] < 0.01
 
 
 def test_quality_gate_stops_with_the_numbers_and_the_ways_out(fake_timing):
