@@ -13,16 +13,20 @@ for concurrent jobs.  Dynamo's tracing and the graph captures are not cached: a 
 still pays for those.  A ``TORCHINDUCTOR_CACHE_DIR`` or ``TRITON_CACHE_DIR`` the user
 set wins.
 
-Measured on the tiny experiment's decode job on an H200 (docs/performance.md, session
-10), this folder alone saved nothing: 81-106 s with it, 83-94 s without.  The machine's
-own caches, kept whole, saved 39 of 90 s, so something they hold outside this folder is
-what a rerun reuses.  The folder is kept: it costs nothing, and whether it pays for
-larger models, whose graphs take longer to compile, has not been measured.
+Until session 11 this folder held nothing: importing ``torch._dynamo`` (which the
+engines do) writes torch's default, ``/tmp/torchinductor_<user>``, into
+``TORCHINDUCTOR_CACHE_DIR`` itself, and :func:`persist`, called after those imports, took
+it for the user's choice.  That explains the measurements of session 10 (docs/performance.md):
+this folder saved nothing, while the machine's ``/tmp``, kept, saved 39 of a 90 s decode job.
+A variable holding torch's own default is now not taken for a choice.
 """
 
 from __future__ import annotations
 
+import getpass
 import os
+import re
+import tempfile
 from pathlib import Path
 
 ENV = "TORCHINDUCTOR_CACHE_DIR"
@@ -42,7 +46,26 @@ def persist(hardware: str) -> str:
     compile into ``~/.triton`` of the node and again on the next one.  Either variable
     the user set wins.
     """
-    path = os.environ.get(ENV) or str(folder(hardware).resolve())  # made when first written (never on a CPU run)
+    chosen = os.environ.get(ENV)
+    if chosen and chosen != _torch_default():
+        path = chosen
+    else:
+        path = str(folder(hardware).resolve())  # made when first written (never on a CPU run)
     os.environ[ENV] = path
     os.environ.setdefault(TRITON_ENV, str(Path(path) / "triton"))
     return path
+
+
+def _torch_default() -> str | None:
+    """The folder torch writes into ``TORCHINDUCTOR_CACHE_DIR`` when nobody chose one.
+
+    Importing torch._dynamo sets the variable to this (``cache_dir()`` in
+    ``torch/_inductor/runtime/cache_dir_utils.py``, torch 2.13), so a variable equal to it
+    is torch's, not the user's.  The same formula as torch's ``default_cache_dir()``,
+    tested against it; computed here so that this module never imports torch.
+    """
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (some containers): torch would fail the same way
+        return None
+    return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))

@@ -35,3 +35,17 @@ def test_inductor_reads_the_folder_it_was_given(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
     folder = tmp_path / "results" / "hw" / "compile_cache"
     assert out.stdout.split() == [str(folder), str(folder / "triton")]  # Inductor's and raw Triton kernels' caches
+
+
+def test_the_folder_torch_writes_at_import_is_not_taken_for_a_choice(tmp_path):
+    """The jobs import the engines (and with them torch._dynamo, which sets the variable to
+    torch's /tmp default) before they call persist: the results folder must still win."""
+    code = ("import os; import bastion.runs.run; seen = os.environ.get('TORCHINDUCTOR_CACHE_DIR'); "
+            "from bastion.pipeline import compile_cache; "
+            "from torch._inductor.runtime.cache_dir_utils import default_cache_dir; "
+            "print(seen == default_cache_dir() == compile_cache._torch_default()); "
+            "compile_cache.persist('hw'); "
+            "from torch._inductor.runtime.cache_dir_utils import cache_dir; print(cache_dir())")
+    env = {k: v for k, v in os.environ.items() if k not in (compile_cache.ENV, compile_cache.TRITON_ENV)}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", str(tmp_path / "results" / "hw" / "compile_cache")]
