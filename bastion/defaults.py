@@ -17,6 +17,9 @@ BASELINE = "ar"
 # BASTION's tree policy (the paper's values; n_min is sized for GPUs, where a verification
 # of 32 tokens costs about as much as one).
 N_MIN = 32
+# On a CPU a verification's cost grows from the first node on, so trees are sized in steps
+# of 8 there (the tiny experiment's `n_min: auto`; docs/performance.md, session 7).
+N_MIN_CPU = 8
 N_MAX = 8192
 TOPK = 128  # candidate tokens per depth; the path-ranking layout allows at most this many
 TOPK_LIMIT = 128
@@ -63,3 +66,16 @@ def temperature_tag(t: Any) -> str:
 def temperature_dir(t: Any) -> str:
     """A temperature in result paths (the pipeline's {temperature} wildcard): 0.0 -> '0'."""
     return f"{float(t):g}"
+
+
+def resolve_n_min(value: int | str, gpu: bool) -> int:
+    """``n_min`` as configured: a node count, or ``auto``, sized for the device (GPU: 32, CPU: 8).
+
+    On a GPU a 32-node verification costs about what one node does, and every distinct
+    tree size is one more graph to compile and capture; on a CPU each node costs time.
+    """
+    if value == "auto":
+        return N_MIN if gpu else N_MIN_CPU
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"n_min must be a node count >= 1 or 'auto', not {value!r}")
+    return value

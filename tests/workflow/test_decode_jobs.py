@@ -92,6 +92,21 @@ def test_a_multi_turn_cell_writes_all_methods_without_waiting_for_ar(work, tmp_p
     assert re.search(r"decode_cell\s+1\b", out) and re.search(r"decode_cell_ablation\s+1\b", out)
 
 
+def test_n_min_auto_is_sized_for_the_device_the_plan_decodes_on(work, tmp_path):
+    """tiny's `n_min: auto`: 8 on a CPU key, 32 on a GPU key (seen through the n_max check)."""
+    overlay = tmp_path / "nmax.yaml"
+    overlay.write_text("experiments:\n  tiny:\n    n_max: 16\n")
+    args = ["-n", "--configfile", "config.yaml", str(overlay), "--config"]
+    res = smk(work, *args, "hardware=cpu-test", "--", "figures/speedup_table.pdf", check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    for key in ("h200", "nvidia-h200"):  # a key of hardware_keys, and a detected GPU key
+        res = smk(work, *args, f"hardware={key}", "--", "figures/speedup_table.pdf", check=False)
+        out = res.stdout + res.stderr
+        assert res.returncode != 0 and "n_min 32 (`auto` on a GPU) > n_max 16" in out, out[-2000:]
+    rc, out = dry_run_with(work, tmp_path / "bad.yaml", "experiments:\n  tiny:\n    n_min: big\n")
+    assert rc != 0 and "n_min" in out and "'big'" in out
+
+
 def test_eagle3_tree_keys_are_validated(work, tmp_path):
     bad = tmp_path / "bad.yaml"
     rc, out = dry_run_with(work, bad, "experiments:\n  tiny:\n    eagle3_topk: 0\n")

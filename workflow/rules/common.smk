@@ -17,6 +17,7 @@ from snakemake.utils import validate
 import bastion.data.registry as bds
 from bastion.calibration import fingerprint, planning
 from bastion.defaults import ABLATION_PREFIX, BASELINE, MULTI_TURN_DATASETS, N_MAX, N_MIN, TOPK, ablation_method, temperature_dir
+from bastion.defaults import resolve_n_min
 from bastion.defaults import EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS
 from bastion.defaults import METHODS as ALL_METHODS
 
@@ -56,8 +57,6 @@ def _check_config():
                 f"config key `{where}.datasets.{d}`: use the canonical dataset names "
                 f"({', '.join(bds.expand(d))}), one entry each, so every dataset has its own jobs"
             )
-    if exp.get("n_min", N_MIN) > exp.get("n_max", N_MAX):
-        raise ConfigError(f"config keys `{where}.n_min`/`n_max`: n_min {exp['n_min']} > n_max {exp['n_max']}")
     jobs = exp.get("decode_jobs", "method")
     if jobs != "method" and int(config["shards"]) > 1:
         raise ConfigError(
@@ -98,6 +97,26 @@ def _detect_hardware():
 HW = _detect_hardware()
 HW_PATTERN = config.get("hardware_keys", {}).get(HW, {}).get("device_pattern")
 GPU_MODEL = config.get("hardware_keys", {}).get(HW, {}).get("slurm_gpu_model")
+
+
+def _decodes_on_gpu():
+    """Whether this run's jobs decode on a GPU, as far as planning can tell.
+
+    `device` says so when set; else the hardware key: every CPU's detected key starts with
+    `cpu` (name a CPU key of `hardware_keys` so too), every other key is a GPU's.
+    """
+    device = EXP.get("device", "auto")
+    if device != "auto":
+        return device == "cuda"
+    return not HW.startswith("cpu")
+
+
+# the tree's minimum and bucket width, with `auto` sized for the device
+N_MIN_EXP = resolve_n_min(EXP.get("n_min", N_MIN), _decodes_on_gpu())
+if N_MIN_EXP > EXP.get("n_max", N_MAX):
+    _auto = f" (`auto` on a {'GPU' if _decodes_on_gpu() else 'CPU'})" if EXP.get("n_min") == "auto" else ""
+    raise ConfigError(f"config keys `experiments.{EXPERIMENT}.n_min`/`n_max`: n_min {N_MIN_EXP}{_auto} > "
+                      f"n_max {EXP['n_max']}")
 
 
 def _software_fingerprint():
@@ -286,7 +305,7 @@ def method_knobs(dataset, temperature, method):
         "temperature": float(temperature),
         "max_samples": EXP["datasets"][dataset].get("max_samples"),
         "max_new_tokens": EXP["max_new_tokens"],
-        "n_min": EXP.get("n_min", N_MIN),
+        "n_min": N_MIN_EXP,
         "n_max": EXP.get("n_max", N_MAX),
         "topk": EXP.get("topk", TOPK),
         "block_size": EXP.get("block_size"),
