@@ -144,6 +144,15 @@ class CostModel:
         ``c`` and the attention terms are linear in it, so both are precomputed once per
         (n_max, device) and each step costs a few fused ops with no host transfer.
         """
+        layers, kv0, kv1, att0, att1 = self.curve_parts(n_max, device)
+        t = RooflineTerms(lin=None, stream=None, kv=kv0 + kv1 * c, att=att0 + att1 * c)
+        out = combine(self.params, t, layers=layers)
+        out[:1].fill_(0.0)  # fill_: no host-to-device copy, so a CUDA graph can capture it
+        return out
+
+    def curve_parts(self, n_max: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, ...]:
+        """(layers, kv0, kv1, att0, att1), fp64 [n_max + 2] each: C(n, c) = combine of the
+        layers' part and the terms kv0 + kv1 c, att0 + att1 c (:meth:`curve`; cached per size and device)."""
         key = (n_max, str(device))
         if key not in self._curve_cache:
             s = np.arange(n_max + 2, dtype=np.float64)
@@ -155,11 +164,7 @@ class CostModel:
             layers = layers + self.extra_cost(s)  # what a step of n nodes costs outside the fitted verification
             self._curve_cache[key] = (as_t(layers), as_t(t0.kv), as_t(t1.kv - t0.kv), as_t(t0.att),
                                       as_t(t1.att - t0.att))
-        layers, kv0, kv1, att0, att1 = self._curve_cache[key]
-        t = RooflineTerms(lin=None, stream=None, kv=kv0 + kv1 * c, att=att0 + att1 * c)
-        out = combine(self.params, t, layers=layers)
-        out[:1].fill_(0.0)  # fill_: no host-to-device copy, so a CUDA graph can capture it
-        return out
+        return self._curve_cache[key]
 
     def to_dict(self) -> dict[str, Any]:
         return {"shape": asdict(self.shape), "peaks": asdict(self.peaks), "params": asdict(self.params)}
