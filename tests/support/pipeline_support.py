@@ -27,12 +27,20 @@ def copy_checkout(dest: Path) -> Path:
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / rel)
     # These tests check the pipeline's mechanics on a shared 2-core machine, where two
-    # parallel jobs make timing noise that can exceed the calibration quality gate; the
-    # gate itself is tested in tests/calibration and tests/faults.
+    # parallel jobs make timing noise that can exceed the calibration quality gate (tested
+    # itself in tests/calibration and tests/faults).
     config = dest / "config.yaml"
     text = config.read_text()
-    assert "accept_calibration_error: false" in text
-    config.write_text(text.replace("accept_calibration_error: false", "accept_calibration_error: true"))
+    # The tests drive the pipeline's mechanics (jobs, reruns, resumes, SLURM), not its
+    # speedups, which the default run's benchmark measures (docs/performance.md): the tiny
+    # experiment's prompts are decoded to 64 new tokens instead of 128, and calibrated on
+    # the small test grid, so each full run takes about half as long on the 2-core CI machine.
+    for old, new in (("accept_calibration_error: false", "accept_calibration_error: true"),
+                     ("    max_new_tokens: 128 ", "    max_new_tokens: 64 "),
+                     ("    calibration_grid: small ", "    calibration_grid: tiny ")):
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    config.write_text(text)
     return dest
 
 

@@ -89,7 +89,7 @@ def test_outputs_equal_a_local_run(runs):
     remote, local, _ = runs
     hw = hardware_key(remote)
     files = sorted((remote / "results" / hw).rglob("*.jsonl"))
-    assert len(files) >= 12
+    assert len(files) >= 8  # both datasets' ar, eagle3, dflash and bastion
     for path in files:
         rel = path.relative_to(remote)
         ours = [(r["prompt_index"], r["turn"], r["output_ids"]) for r in map(json.loads, path.read_text().splitlines())]
