@@ -13,7 +13,7 @@ from bastion.pipeline.joblog import job_log
 from bastion.runs.cell import decode_cell
 from bastion.runs.run import run_from_knobs
 
-cell = snakemake.params.knobs  # run name -> knobs with dataset, data and output; AR first in each dataset
+cell = snakemake.params.knobs  # run name -> knobs with dataset, data and output; AR first in each dataset (none in an ablation job)
 k0 = next(iter(cell.values()))
 compile_cache.persist(snakemake.wildcards.hardware)  # before anything compiles: later jobs load the kernels
 with job_log(snakemake.log[0]), pinned(k0["device"]):
