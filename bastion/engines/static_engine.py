@@ -31,6 +31,7 @@ from bastion.defaults import TOPK_LIMIT
 from bastion.engines import compiled, prefill_memo, static_attention, static_eagle3
 from bastion.engines.graphs import GraphRunner, read_to_host
 from bastion.engines.kernels import row_argmax
+from bastion.engines.rule_count import RuleCount
 from bastion.engines.static_cache import (
     ContextTooLongError,
     StaticContextKV,
@@ -40,13 +41,11 @@ from bastion.engines.static_layers import FusedLayers
 from bastion.models.eagle3 import Eagle3Drafter
 from bastion.models.target import Target
 from bastion.speculative.accept import accept
-from bastion.speculative.fused import run_triton
 from bastion.speculative.path_rank import top_paths
 from bastion.speculative.tree import (
     Tree,
     TreePolicy,
     chain_tree,
-    count_nodes,
     draft_topk,
     paths_tree,
 )
@@ -111,7 +110,7 @@ class StaticEngine:
         self.readback = torch.zeros(rw + 2, **long)  # [accepted count, node count, path tokens.., bonus]
         # its host copy: page-locked, so the step's one read is a direct DMA, not a staged copy
         self.readback_host = torch.zeros(rw + 2, dtype=torch.long, pin_memory=dev.type == "cuda")
-        self._coefs: dict[tuple[int, float], tuple] = {}  # the fused node count's cost coefficients
+        self.count = RuleCount(dev)  # the budget rule's node count (one Triton kernel on CUDA)
         self.read_event = torch.cuda.Event() if dev.type == "cuda" else None
         n = self.n_max
         self.tree_tokens = torch.zeros(n, **long)
@@ -221,24 +220,9 @@ class StaticEngine:
             self.paths[name][:got].copy_(t)
         if policy.budget is not None:
             self.readback[1].fill_(min(policy.budget, got + 1))
-        elif not run_triton("count_nodes", self.device, lambda: self._count_fused(logp, policy, cost_model, fixed_cost)):
-            curve = cost_model.curve(self.length, policy.n_max, device=self.device)  # C(n) at this context
-            self.readback[1].copy_(count_nodes(logp, policy, curve, fixed_cost))
+        else:
+            self.count(logp, policy, cost_model, fixed_cost, self.length, self.readback[1:2])
         return got
-
-    def _count_fused(self, logp: torch.Tensor, policy: TreePolicy, cost_model, fixed_cost: float) -> None:
-        """:func:`count_nodes` over the cost curve at this context, as one Triton kernel (45 kernels otherwise)."""
-        from bastion.speculative.count_kernel import count_nodes_fused
-
-        key = (id(cost_model), fixed_cost)
-        if key not in self._coefs:  # made on the first (warm-up) call, outside any capture
-            p = cost_model.params
-            coef = torch.tensor([p.u_kv, p.u_att, p.f_kv, p.f_att, p.f_peak, fixed_cost], dtype=torch.float64,
-                                device=self.device)
-            self._coefs[key] = (cost_model, coef)  # the model kept alive: its id stays its own
-        coef = self._coefs[key][1]
-        count_nodes_fused(logp, cost_model.curve_parts(policy.n_max, self.device), coef, self.length, policy.n_min,
-                          policy.n_max, self.readback[1:2])
 
     def build(self, ranked: bool, n: int) -> None:
         """Compile the ``n``-node tree into the tree buffers: ranked paths (BASTION) or a chain."""
