@@ -158,7 +158,7 @@ def section_phases(rep, engine, prompt, nodes: int) -> None:
 
 def section_variants(rep, engine, prompt, nodes: int) -> None:
     """Alternative select / rank / build / commit implementations on the engine's own inputs."""
-    from bastion.speculative import path_rank
+    from bastion.speculative import fused, path_rank
     from bastion.speculative.tree import draft_topk
 
     StaticDecoder(engine, "bastion", TreePolicy(budget=nodes)).generate(prompt, 4)  # real draft, top-k table, paths
@@ -204,10 +204,10 @@ def section_variants(rep, engine, prompt, nodes: int) -> None:
         rep.add("variants", row)
     for m in (31, nodes - 1, 2 * nodes - 1):
         for name, fn in (("torch", path_rank._rank_torch), ("triton", path_rank._rank_triton)):
-            if name == "triton" and not path_rank.use_triton(engine.device):
+            if name == "triton" and not fused.use_triton(engine.device):
                 continue
             rep.add("variants", {"variant": f"rank_{name}_m{m}", "us": graph_us(lambda f=fn, mm=m: f(engine.logq, mm))})
-        if path_rank.use_triton(engine.device):  # program size: lanes and warps per program
+        if fused.use_triton(engine.device):  # program size: lanes and warps per program
             from bastion.speculative import path_rank_kernels as kern
 
             default = kern.LANES, kern.WARPS
@@ -216,7 +216,7 @@ def section_variants(rep, engine, prompt, nodes: int) -> None:
                 rep.add("variants", {"variant": f"rank_triton_m{m}_lanes{lanes}_warps{warps}",
                                      "us": graph_us(lambda mm=m: path_rank._rank_triton(engine.logq, mm))})
             kern.LANES, kern.WARPS = default
-        if path_rank.use_triton(engine.device):  # same paths, bit for bit, also with many exact ties
+        if fused.use_triton(engine.device):  # same paths, bit for bit, also with many exact ties
             tied = torch.sort(torch.randint(-40, 0, engine.logq.shape, device=engine.device).float() / 4,
                               dim=-1, descending=True).values
             same = [all(torch.equal(a, b) for a, b in zip(path_rank._rank_torch(q, m), path_rank._rank_triton(q, m)))
@@ -321,6 +321,9 @@ def main(argv=None) -> int:
     ap.add_argument("--nodes", type=int, default=512)
     ap.add_argument("--sections", default="phases,variants,attention,ar,overhead")
     ap.add_argument("--out", default="results/tree_phase")
+    ap.add_argument("--drafters", default="fused",
+                    help="comma list: 'fused' (the compiled engine's drafter functions), 'plain' (the drafter "
+                         "module); the sections run once for each, after a 'drafter' row")
     args = ap.parse_args(argv)
     out, sections = Path(args.out), args.sections.split(",")
     rep = Report(out)
@@ -334,33 +337,42 @@ def main(argv=None) -> int:
     prompts = {c: torch.randint(0, model.config.vocab_size - 2, (c,), generator=gen).tolist() for c in contexts}
     engine = StaticEngine(target, drafter, max_context=max(contexts) + 2048, n_max=1024, fused=True)
     rep.add("setup", {"gpu": torch.cuda.get_device_name() if gpu else "cpu", "torch": torch.__version__, "build_s": round(time.perf_counter() - t0, 1)})
-    for sec in sections:
-        t1 = time.perf_counter()
-        try:
-            if sec == "phases":
-                section_phases(rep, engine, prompts[min(contexts)], args.nodes)
-            elif sec == "variants":
-                section_variants(rep, engine, prompts[min(contexts)], args.nodes)
-            elif sec == "readwait":
-                section_readwait(rep, engine, prompts, args.nodes)
-            elif sec == "trace":
-                section_trace(rep, engine, prompts[max(contexts)], args.nodes, out)
-            elif sec == "attention":
-                section_attention(rep, engine, contexts)
-            elif sec == "ar":  # the compiled engine, then the same with attention left uncompiled
-                engine.runner = GraphRunner(device, enabled=True)
-                section_ar(rep, target, {"compiled": engine}, prompts, measure_peaks(device, dtype), 32)
-                engine.fused.attend, engine.runner = grouped_attention, GraphRunner(device, enabled=True)
-                section_ar(rep, target, {"compiled_plain_attention": engine}, prompts, measure_peaks(device, dtype), 32)
-            elif sec == "overhead":
-                engine.runner = GraphRunner(device, enabled=True)
-                section_overhead(rep, {"compiled": engine}, prompts, 16)
-        except Exception as exc:  # keep what the other sections measured
-            import traceback
+    fused_drafter = engine.fused_drafter
+    for mode in args.drafters.split(","):
+        if mode not in ("fused", "plain"):
+            raise SystemExit(f"--drafters: unknown mode {mode!r}; use fused and/or plain")
+        engine.fused_drafter = fused_drafter if mode == "fused" else None
+        engine.runner = GraphRunner(device, enabled=True)  # no graph captured with the other drafter
+        rep.add("drafter", {"mode": mode})
+        for sec in sections:
+            t1 = time.perf_counter()
+            try:
+                if sec == "phases":
+                    section_phases(rep, engine, prompts[min(contexts)], args.nodes)
+                elif sec == "variants":
+                    section_variants(rep, engine, prompts[min(contexts)], args.nodes)
+                elif sec == "readwait":
+                    section_readwait(rep, engine, prompts, args.nodes)
+                elif sec == "trace":
+                    section_trace(rep, engine, prompts[max(contexts)], args.nodes, out)
+                elif sec == "attention":
+                    section_attention(rep, engine, contexts)
+                elif sec == "ar":  # the compiled engine, then the same with attention left uncompiled
+                    engine.runner = GraphRunner(device, enabled=True)
+                    section_ar(rep, target, {"compiled": engine}, prompts, measure_peaks(device, dtype), 32)
+                    attend, engine.fused.attend = engine.fused.attend, grouped_attention
+                    engine.runner = GraphRunner(device, enabled=True)
+                    section_ar(rep, target, {"compiled_plain_attention": engine}, prompts, measure_peaks(device, dtype), 32)
+                    engine.fused.attend, engine.runner = attend, GraphRunner(device, enabled=True)
+                elif sec == "overhead":
+                    engine.runner = GraphRunner(device, enabled=True)
+                    section_overhead(rep, {"compiled": engine}, prompts, 16)
+            except Exception as exc:  # keep what the other sections measured
+                import traceback
 
-            traceback.print_exc()
-            rep.add("errors", {"section": sec, "error": repr(exc)[:500]})
-        rep.add("timing", {"section": sec, "seconds": round(time.perf_counter() - t1, 1)})
+                traceback.print_exc()
+                rep.add("errors", {"section": sec, "error": repr(exc)[:500]})
+            rep.add("timing", {"section": sec, "seconds": round(time.perf_counter() - t1, 1)})
     return 0
 
 

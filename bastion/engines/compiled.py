@@ -1,8 +1,9 @@
 """The ``compiled`` engine: the static engine with fused kernels.
 
-Everything the static engine preallocates and replays stays as it is; two things change.
+Everything the static engine preallocates and replays stays as it is; three things change.
 The target's layers run as the two functions of :class:`~bastion.engines.static_layers.FusedLayers`
-(attention and MLP blocks with their norms and residuals fused), and on CUDA the tree
+(attention and MLP blocks with their norms and residuals fused), the DFlash drafter's
+layers likewise (:class:`~bastion.engines.fused_drafter.FusedDrafter`), and on CUDA the tree
 phase's small element-wise step functions are compiled too (path ranking keeps its own
 kernels, see :mod:`bastion.speculative.path_rank`): about 100 launches fewer per step.
 On a CPU the same functions run uncompiled, which is how CI checks them against eager.
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from bastion.engines.fused_drafter import FusedDrafter
 from bastion.engines.static_layers import FusedLayers
 
 if TYPE_CHECKING:
@@ -24,6 +26,8 @@ def fuse(engine: StaticEngine) -> None:
     """Turn a static engine into the compiled one, in place, before any graph is captured."""
     cuda = engine.device.type == "cuda"
     engine.fused = FusedLayers(engine.target, compile=cuda)
+    if engine.drafter is not None and FusedDrafter.supports(engine.drafter):
+        engine.fused_drafter = FusedDrafter(engine.drafter, compile=cuda, layers=engine.fused)
     if cuda:
         engine.select = torch.compile(engine.select)
         engine.build = torch.compile(engine.build, dynamic=True)

@@ -85,6 +85,7 @@ class StaticEngine:
         # grouped-query tree attention without per-head K/V copies (sdpa targets only)
         self.attention = static_attention.register() if target.attn_impl == "sdpa" else None
         self.fused: FusedLayers | None = None
+        self.fused_drafter = None  # the compiled engine's drafter layers (same call as the drafter)
         if fused:  # the compiled engine (bastion.engines.compiled)
             compiled.fuse(self)
         if drafter is not None:
@@ -196,7 +197,8 @@ class StaticEngine:
         pos = self.length + self.arange[:b]
         live = self.arange[:kv] < self.length  # the context the drafter may see
         mask = torch.cat([live, live.new_ones(b)])[None, None, None, :].expand(1, 1, b, kv + b)
-        h = d(self.target.embed(block[None]), pos[None], feats, self.dcache.write_index[None], mask, self.dcache)
+        h = (self.fused_drafter or d)(self.target.embed(block[None]), pos[None], feats, self.dcache.write_index[None],
+                                      mask, self.dcache)
         return self.target.logits(h[0, 1:])
 
     def draft_eagle3(self, kv: int, prompt: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:

@@ -8,14 +8,21 @@ instead from then on, after one warning.  ``BASTION_RANK=torch`` forces the refe
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import warnings
 from typing import Callable
 
 import torch
 
-from bastion.speculative.path_rank import use_triton
-
 _WORKS: dict[tuple[str, str], bool] = {}  # (kernel, device) -> whether its Triton form ran
+
+
+def use_triton(device: torch.device) -> bool:
+    """Triton kernels on CUDA when Triton is installed (``BASTION_RANK=torch`` forces the references)."""
+    if os.environ.get("BASTION_RANK", "") == "torch":
+        return False
+    return device.type == "cuda" and importlib.util.find_spec("triton") is not None
 
 
 def run_triton(name: str, device: torch.device, call: Callable[[], None]) -> bool:

@@ -25,12 +25,12 @@ Both read the same fp32 sums ``prev[row] + logq[d, col]``, computed the same way
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import warnings
 
 import numpy as np
 import torch
+
+from bastion.speculative.fused import run_triton
 
 _LAYOUT: dict[tuple[int, int, int, str], tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -79,31 +79,12 @@ def top_paths(logq: torch.Tensor, m: int) -> tuple[torch.Tensor, ...]:
     ``logq`` [D, K] fp32, each row sorted descending.  Returns (logp, depth, local index,
     parent's local index, token rank), each [min(m, paths kept)].
     """
-    key = str(logq.device)
-    if use_triton(logq.device) and _TRITON_WORKS.get(key, True):
-        if key in _TRITON_WORKS:
-            return _rank_triton(logq, m)
-        try:  # the first call on a device compiles the kernels: a GPU Triton cannot serve falls back
-            out = _rank_triton(logq, m)
-            _TRITON_WORKS[key] = True
-            return out
-        except Exception as exc:  # noqa: BLE001 - any compile or launch failure means: use the reference
-            _TRITON_WORKS[key] = False
-            warnings.warn(f"the Triton path-ranking kernels failed on {key} ({exc!r:.300}); ranking with "
-                          "torch.sort instead, which gives the same paths (set BASTION_RANK=torch to skip them)")
+    ranked: list[tuple[torch.Tensor, ...]] = []
+    if run_triton("path_rank", logq.device, lambda: ranked.append(_rank_triton(logq, m))):
+        return ranked[0]
     if logq.device.type == "cpu" and os.environ.get("BASTION_RANK", "") != "torch":
         return _rank_numpy(logq, m)
     return _rank_torch(logq, m)
-
-
-_TRITON_WORKS: dict[str, bool] = {}  # per device, after the first call
-
-
-def use_triton(device: torch.device) -> bool:
-    """Triton kernels on CUDA when Triton is installed (``BASTION_RANK=torch`` forces the reference)."""
-    if os.environ.get("BASTION_RANK", "") == "torch":
-        return False
-    return device.type == "cuda" and importlib.util.find_spec("triton") is not None
 
 
 def _rank_torch(logq: torch.Tensor, m: int) -> tuple[torch.Tensor, ...]:

@@ -79,6 +79,7 @@ def test_real_drafters_static_equals_eager(family, block_size, fused):
     cm, ov = _cost_model(model)
     # fused: the layers as the two functions torch.compile fuses on a GPU (run uncompiled here)
     engine = RecordingEngine(target, drafter, max_context=32, n_max=64, fused=fused)  # too small: it must grow
+    assert (engine.fused_drafter is not None) == fused  # the drafter's functions too (tests/engines/test_fused_drafter.py)
     gen = torch.Generator().manual_seed(block_size)
     policies = [("ar", None), ("dflash", None), ("bastion", TreePolicy(n_min=4, n_max=64)), ("bastion", TreePolicy(budget=7))]
     for p in range(3):

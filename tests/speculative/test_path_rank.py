@@ -78,6 +78,19 @@ def test_dispatch_uses_the_reference_off_cuda():
     assert all(torch.equal(a, b) for a, b in zip(top_paths(logq, 17), _rank_torch(logq, 17)))
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the dispatch to the compiled kernels needs CUDA")
+def test_cuda_dispatch_runs_the_compiled_kernels():
+    """On CUDA with Triton, ``top_paths`` runs the kernels (through ``fused.run_triton``), with the reference's paths."""
+    from bastion.speculative import fused
+
+    g = torch.Generator().manual_seed(5)
+    for d_max, k, m in ((15, 16, 31), (15, 128, 255), (3, 4, 7)):
+        logq = _sorted_rows(torch.log_softmax(torch.randn(d_max, k * 2, generator=g) * 3, dim=-1))[:, :k].cuda()
+        got, ref = top_paths(logq, m), _rank_torch(logq, m)
+        assert all(torch.equal(a, b) for a, b in zip(got, ref)), (d_max, k, m)
+    assert fused._WORKS.get(("path_rank", str(logq.device))) is True
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_cpu_ranking_equals_the_reference_bit_for_bit(seed):
     """The NumPy rounds (the CPU default) give the torch reference's paths, ties included."""
@@ -96,7 +109,7 @@ def test_cpu_ranking_equals_the_reference_bit_for_bit(seed):
 
 def test_failing_kernels_fall_back_to_the_reference_once(monkeypatch):
     """A GPU that Triton cannot serve: one warning, then the reference's (identical) paths."""
-    from bastion.speculative import path_rank
+    from bastion.speculative import fused, path_rank
 
     calls = []
 
@@ -104,11 +117,11 @@ def test_failing_kernels_fall_back_to_the_reference_once(monkeypatch):
         calls.append(m)
         raise RuntimeError("no kernel image for this device")
 
-    monkeypatch.setattr(path_rank, "use_triton", lambda device: True)
+    monkeypatch.setattr(fused, "use_triton", lambda device: True)
+    monkeypatch.setattr(fused, "_WORKS", {})
     monkeypatch.setattr(path_rank, "_rank_triton", broken)
-    monkeypatch.setattr(path_rank, "_TRITON_WORKS", {})
     logq = _sorted_rows(torch.randn(3, 5))
-    with pytest.warns(UserWarning, match=r"Triton path-ranking kernels failed on cpu .*no kernel image.*BASTION_RANK=torch"):
+    with pytest.warns(UserWarning, match=r"Triton kernel 'path_rank' failed on cpu .*no kernel image.*BASTION_RANK=torch"):
         first = top_paths(logq, 9)
     second = top_paths(logq, 9)  # no second attempt, no second warning
     assert calls == [9]
