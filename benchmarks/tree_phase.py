@@ -146,11 +146,13 @@ def section_phases(rep, engine, prompt, nodes: int) -> None:
                 continue
             us = replay_us(graph, 5 if key[0] in ("verify", "draft") else 50, restore=state)
             row = {"method": method, "nodes": nodes if method == "bastion" else engine.block, "graph": str(key[:3]), "us": us}
-            if key[0] in ("select", "rank", "build", "commit"):
+            tree_graph = key[0] in ("select", "rank", "build", "commit")
+            if tree_graph or key[0] in ("draft", "verify"):  # what each graph is made of
                 rows = kernels(graph.replay)
                 for t, old in zip(state, [t.clone() for t in state]):
                     t.copy_(old)
-                row.update(launches=sum(r["count"] for r in rows), top=rows[:10])
+                row.update(launches=sum(r["count"] for r in rows), top=rows[:12])
+            if tree_graph:
                 total += us
             rep.add("phases", row)
         rep.add("phases", {"method": method, "tree_and_commit_graphs_us": round(total, 1)})

@@ -19,7 +19,10 @@ def main(path: str) -> None:
             mode = row["mode"]
             print(f"--- drafter {mode}")
         elif sec == "phases" and "us" in row:
-            print(f"{mode:6} graph {row['method']:8} {row['graph']:40} {row['us']:9.1f} us")
+            print(f"{mode:6} graph {row['method']:8} {row['graph']:40} {row['us']:9.1f} us  {row.get('launches', '')}")
+            if row["graph"].startswith(("('draft'", "('verify'")) and row["method"] == "bastion":
+                for k in row.get("top", []):
+                    print(f"         {k['us']:8.1f} us x{k['count']:<4} {k['kernel'][:80]}")
         elif sec == "overhead":
             labels = {"t_draft_ms": "draft(sync)", "t_draft_ms_events": "draft", "t_tree_ms_events": "tree",
                       "t_verify_ms_events": "verify", "overhead_ms_events": "other", "step_ms_events": "step",
