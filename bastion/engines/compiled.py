@@ -11,6 +11,7 @@ On a CPU the same functions run uncompiled, which is how CI checks them against 
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 import torch
@@ -26,7 +27,8 @@ def fuse(engine: StaticEngine) -> None:
     """Turn a static engine into the compiled one, in place, before any graph is captured."""
     cuda = engine.device.type == "cuda"
     engine.fused = FusedLayers(engine.target, compile=cuda)
-    if engine.drafter is not None and FusedDrafter.supports(engine.drafter):
+    # BASTION_DRAFTER=module keeps the drafter's own layers (as the static engine runs them)
+    if engine.drafter is not None and FusedDrafter.supports(engine.drafter) and os.environ.get("BASTION_DRAFTER") != "module":
         engine.fused_drafter = FusedDrafter(engine.drafter, compile=cuda, layers=engine.fused)
     if cuda:
         engine.select = torch.compile(engine.select)

@@ -79,3 +79,12 @@ def test_compiled_engine_keeps_a_drafter_it_cannot_fuse():
     static = StaticDecoder(engine, "dflash").generate(prompt, 24)
     assert static.output_ids == eager.output_ids
     assert [s.committed for s in static.steps] == [s.committed for s in eager.steps]
+
+
+def test_bastion_drafter_module_keeps_the_drafters_layers(monkeypatch):
+    model = tiny_target("qwen3", seed=1)
+    target, drafter = Target(model), tiny_drafter(model, block_size=4, seed=2)
+    monkeypatch.setenv("BASTION_DRAFTER", "module")
+    assert StaticEngine(target, drafter, max_context=32, n_max=16, fused=True).fused_drafter is None
+    monkeypatch.delenv("BASTION_DRAFTER")
+    assert StaticEngine(target, drafter, max_context=32, n_max=16, fused=True).fused_drafter is not None
