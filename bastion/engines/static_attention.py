@@ -36,12 +36,14 @@ def grouped_attention(query, key, value, mask, scale: float, matmul_rows: int = 
     g = hq // hkv
     q = query.reshape(b, hkv, g * s, d)  # query head h = kv_head * g + r
     kv_len = mask.shape[-1]
-    rows = mask[:, :, None].expand(b, 1, g, s, kv_len).reshape(b, 1, g * s, kv_len)
     if g * s <= matmul_rows:
         scores = torch.matmul(q, key.transpose(-1, -2)).float() * scale  # [1, Hkv, g*s, kv]
-        probs = torch.softmax(scores.masked_fill(~rows, float("-inf")), dim=-1)
+        # the mask broadcasts over the g query heads of a K/V head: no [g*s, kv] copy of it
+        scores = scores.view(b, hkv, g, s, kv_len).masked_fill(~mask[:, :, None], float("-inf"))
+        probs = torch.softmax(scores, dim=-1).view(b, hkv, g * s, kv_len)
         out = torch.matmul(probs.to(value.dtype), value)  # [1, Hkv, g*s, D]
     else:
+        rows = mask[:, :, None].expand(b, 1, g, s, kv_len).reshape(b, 1, g * s, kv_len)
         out = F.scaled_dot_product_attention(q, key, value, attn_mask=rows, scale=scale)  # [1, Hkv, g*s, D]
     return out.reshape(b, hq, s, d).transpose(1, 2).contiguous()
 

@@ -79,6 +79,10 @@ class StaticKVCache(Cache):
         """Put ``k``/``v`` [1, kv_heads, s, D] at ``write_index``; return the window views."""
         return _write_window(self.kv[layer], self.write_index, self.kv_len, k, v)
 
+    def window(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The K and V views [1, kv_heads, kv_len, D] attention reads (after the layer's write)."""
+        return self.kv[layer, 0, :, :, : self.kv_len], self.kv[layer, 1, :, :, : self.kv_len]
+
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.length
 

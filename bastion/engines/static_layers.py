@@ -47,10 +47,15 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + rot * sin
 
 
-def pre_attention(x, ln, wqkv, qn, kn, cos, sin, eps: float, head_dim: int, kv_width: int):
-    """[1, s, H] -> q [1, Hq, s, D], k and v [1, Hkv, s, D] (rotary applied).
+def pre_attention(x, ln, wqkv, qn, kn, cos, sin, kv, index, eps: float, head_dim: int, kv_width: int):
+    """[1, s, H] -> q [1, Hq, s, D] (rotary applied, contiguous); k (rotary applied) and v go
+    into one layer's cache ``kv`` [2, 1, Hkv, capacity, D] at positions ``index`` [s].
 
-    ``wqkv`` is the q, k and v projections stacked by rows: one matrix multiply.
+    ``wqkv`` is the q, k and v projections stacked by rows: one matrix multiply.  The cache
+    write is part of the function so that, compiled, the k/v kernel stores straight into the
+    cache (Inductor writes an in-place update of an input where it is the input itself), where
+    a separate write cost two more kernels a layer; q is made contiguous by the kernel that
+    computes it, so attention's grouped view of it is free.
     """
     b, s, _ = x.shape
     h = _rms(x, ln, eps)
@@ -61,7 +66,8 @@ def pre_attention(x, ln, wqkv, qn, kn, cos, sin, eps: float, head_dim: int, kv_w
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # [1, 1, s, D]
     q = _rotate(q.transpose(1, 2), cos, sin)
     k = _rotate(k.transpose(1, 2), cos, sin)
-    return q, k, v.transpose(1, 2)
+    kv.index_copy_(3, index, torch.stack([k, v.transpose(1, 2)]))
+    return q.contiguous()
 
 
 def post_attention(x, attn, wo, ln, wgu, wd, eps: float):
@@ -135,8 +141,8 @@ class FusedLayers:
         rows = cfg.num_attention_heads // cfg.num_key_value_heads * ids.shape[1]  # query rows per K/V head
         attend = self.attend if rows <= COMPILED_MATMUL_ROWS else grouped_attention
         for i, (pre_w, post_w, attn_mod) in enumerate(self.weights):
-            q, k, v = self.pre(x, *pre_w, cos, sin)
-            k_all, v_all = cache.write(i, k, v)
+            q = self.pre(x, *pre_w, cos, sin, cache.kv[i], cache.write_index)  # writes the layer's k/v
+            k_all, v_all = cache.window(i)
             out = attend(q, k_all, v_all, mask, attn_mod.scaling)  # [1, s, Hq, D]
             x = self.post(x, out.reshape(x.shape[0], x.shape[1], -1), *post_w)
             tap = t._tap.get(i)
