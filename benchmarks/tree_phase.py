@@ -128,7 +128,7 @@ def kernels(fn) -> list[dict]:
 
 def section_phases(rep, engine, prompt, nodes: int) -> None:
     """Replay every captured graph of a ``nodes``-node BASTION step and of the DFlash chain."""
-    for method, policy in (("bastion", TreePolicy(budget=nodes)), ("dflash", None)):
+    for method, policy in (("bastion", TreePolicy(budget=nodes)), ("dflash", None), ("ar", None)):
         engine.runner = GraphRunner(engine.device, enabled=True)
         dec = StaticDecoder(engine, method, policy)
         dec.generate(prompt, 8)  # captures every graph of the step
@@ -145,7 +145,8 @@ def section_phases(rep, engine, prompt, nodes: int) -> None:
                 rep.add("phases", {"method": method, "graph": str(key[:3]), "skipped": "window"})
                 continue
             us = replay_us(graph, 5 if key[0] in ("verify", "draft") else 50, restore=state)
-            row = {"method": method, "nodes": nodes if method == "bastion" else engine.block, "graph": str(key[:3]), "us": us}
+            size = {"bastion": nodes, "dflash": engine.block, "ar": 1}[method]
+            row = {"method": method, "nodes": size, "graph": str(key[:3]), "us": us}
             tree_graph = key[0] in ("select", "rank", "build", "commit")
             if tree_graph or key[0] in ("draft", "verify"):  # what each graph is made of
                 rows = kernels(graph.replay)

@@ -20,7 +20,7 @@ def main(path: str) -> None:
             print(f"--- drafter {mode}")
         elif sec == "phases" and "us" in row:
             print(f"{mode:6} graph {row['method']:8} {row['graph']:40} {row['us']:9.1f} us  {row.get('launches', '')}")
-            if row["graph"].startswith(("('draft'", "('verify'")) and row["method"] == "bastion":
+            if row["graph"].startswith(("('draft'", "('verify'")) and row["method"] in ("bastion", "ar"):
                 for k in row.get("top", []):
                     print(f"         {k['us']:8.1f} us x{k['count']:<4} {k['kernel'][:80]}")
         elif sec == "overhead":
