@@ -32,6 +32,7 @@ from bastion.engines.static_layers import (
     FusedLayers,
     _rms,
     _rotate,
+    compile_step_function,
     post_attention,
     stack_rows,
 )
@@ -88,7 +89,7 @@ class FusedDrafter:
                 (a.o_proj.weight, layer.post_attention_layernorm.weight, stack_rows([m.gate_proj, m.up_proj]),
                  m.down_proj.weight),
             ))
-        wrap = (lambda f: torch.compile(f, dynamic=True)) if compile else (lambda f: f)
+        wrap = compile_step_function if compile else (lambda f: f)
         self.project: Callable = wrap(functools.partial(project_context, eps=self.eps))
         self.pre: Callable = wrap(functools.partial(draft_pre_attention, eps=self.eps, head_dim=self.head_dim,
                                                     kv_width=self.kv_width))

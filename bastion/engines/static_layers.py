@@ -81,6 +81,22 @@ def post_attention(x, attn, wo, ln, wgu, wd, eps: float):
     return x + F.linear(F.silu(gate) * up, wd)
 
 
+# Dynamo files every compiled ``functools.partial`` under one code object, and that object's
+# recompile limit (8 by default) is shared by all of them: the target's three functions and
+# the drafter's two, each in a one-token and a many-token specialisation, exceed it, and a
+# function past the limit silently runs uncompiled (session 12: AR's step, captured last,
+# ran its layers eagerly, 967 kernels instead of about 700).
+RECOMPILE_LIMIT = 64
+
+
+def compile_step_function(fn: Callable) -> Callable:
+    """``torch.compile(fn, dynamic=True)``, with room for every engine function's specialisations."""
+    cfg = torch._dynamo.config
+    name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"  # torch < 2.7
+    setattr(cfg, name, max(getattr(cfg, name), RECOMPILE_LIMIT))
+    return torch.compile(fn, dynamic=True)
+
+
 def stack_rows(linears: list[nn.Linear]) -> torch.Tensor:
     """One weight matrix for several projections of the same input, without a second copy.
 
@@ -121,14 +137,14 @@ class FusedLayers:
         # the model's constants are bound, not passed: dynamic shapes then vary only the token count
         pre = functools.partial(pre_attention, eps=self.eps, head_dim=self.head_dim, kv_width=self.kv_width)
         post = functools.partial(post_attention, eps=self.eps)
-        self.pre: Callable = torch.compile(pre, dynamic=True) if compile else pre
-        self.post: Callable = torch.compile(post, dynamic=True) if compile else post
+        self.pre: Callable = compile_step_function(pre) if compile else pre
+        self.post: Callable = compile_step_function(post) if compile else post
         # attention of small trees too: the scaling, mask, softmax and casts around its two
         # multiplies fuse.  Larger trees keep the SDPA kernel uncompiled (compiled, it is
         # decomposed into materialised [heads, rows, window] scores; FlexAttention with the
         # tree mask measured 2-4x slower than SDPA there, docs/performance.md).
         attend = functools.partial(grouped_attention, matmul_rows=COMPILED_MATMUL_ROWS)
-        self.attend: Callable = torch.compile(attend, dynamic=True) if compile else attend
+        self.attend: Callable = compile_step_function(attend) if compile else attend
 
     @torch.no_grad()  # as Target.forward: a calibration probe outside a decoder must not build autograd graphs
     def forward(self, ids, positions, mask, cache, features: bool):
