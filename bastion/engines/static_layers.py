@@ -4,12 +4,12 @@ Inside a CUDA graph the launch overhead is gone, but each of the ~45 small kerne
 Transformers Qwen3 layer runs (norms in several steps, rotary embedding, residual adds)
 still costs a few microseconds of GPU time: about as much, for a 36-layer 8B model at
 batch 1, as streaming its weights.  Written as functions of tensors only, the part before
-attention (norm, projections, head norms, rotary) and the part after it (output
-projection, residual, norm, gated MLP) compile once for every layer and every tree size
-(dynamic shapes); Inductor fuses the element-wise work around the matrix multiplies.
-The q/k/v and the gate/up projections are each stacked into one matrix (one multiply
-instead of three or two).  The K/V write stays outside, on the engine's buffers; attention
-is a third compiled function (:func:`bastion.engines.static_attention.grouped_attention`).
+attention (norm, projections, head norms, rotary, the K/V write into the engine's cache)
+and the part after it (output projection, residual, norm, gated MLP) compile once for
+every layer and every tree size (dynamic shapes); Inductor fuses the element-wise work
+around the matrix multiplies.  The q/k/v and the gate/up projections are each stacked into
+one matrix (one multiply instead of three or two); attention is a third compiled function
+(:func:`bastion.engines.static_attention.grouped_attention`).
 
 The arithmetic is the Transformers layers' (same operations, same fp32 upcasts); fused
 kernels may still round differently in bf16, which is why this path is an option of the
@@ -52,10 +52,11 @@ def pre_attention(x, ln, wqkv, qn, kn, cos, sin, kv, index, eps: float, head_dim
     into one layer's cache ``kv`` [2, 1, Hkv, capacity, D] at positions ``index`` [s].
 
     ``wqkv`` is the q, k and v projections stacked by rows: one matrix multiply.  The cache
-    write is part of the function so that, compiled, the k/v kernel stores straight into the
-    cache (Inductor writes an in-place update of an input where it is the input itself), where
-    a separate write cost two more kernels a layer; q is made contiguous by the kernel that
-    computes it, so attention's grouped view of it is free.
+    write is part of the function so that, compiled, the kernel that computes k and v stores
+    them straight into the cache, where a separate write cost two more kernels a layer.
+    Inductor does that only when the function updates an input tensor itself: an update of
+    a view taken inside the function (``kv[0]``) made it copy the layer's whole cache.  q
+    leaves its kernel contiguous, so attention's grouped view of it is free.
     """
     b, s, _ = x.shape
     h = _rms(x, ln, eps)
