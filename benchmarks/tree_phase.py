@@ -127,7 +127,7 @@ def kernels(fn) -> list[dict]:
 
 
 def section_phases(rep, engine, prompt, nodes: int) -> None:
-    """Replay every captured graph of a ``nodes``-node BASTION step and of the DFlash chain."""
+    """Replay every captured graph of a ``nodes``-node BASTION step, of the DFlash chain and of AR."""
     for method, policy in (("bastion", TreePolicy(budget=nodes)), ("dflash", None), ("ar", None)):
         engine.runner = GraphRunner(engine.device, enabled=True)
         dec = StaticDecoder(engine, method, policy)
