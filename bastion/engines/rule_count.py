@@ -26,7 +26,9 @@ class RuleCount:
                  length: torch.Tensor, out: torch.Tensor) -> None:
         """``logp`` [N] the ranked paths' log-probabilities; ``length`` the cached tokens (0-d); ``out`` [1] int64."""
         if not run_triton("count_nodes", self.device, lambda: self._fused(logp, policy, cost_model, fixed_cost, length, out)):
-            curve = cost_model.curve(length, policy.n_max, device=self.device)  # C(n) at this context
+            # C(n) at this context, only as far as the count reads it (n <= paths + 1): the curve
+            # is element-wise in n, so this is the full curve's head, without evaluating n_max points
+            curve = cost_model.curve(length, min(policy.n_max, logp.shape[0]), device=self.device)
             out.copy_(count_nodes(logp, policy, curve, fixed_cost))
 
     def _fused(self, logp: torch.Tensor, policy: TreePolicy, cost_model: CostModel, fixed_cost: float,
