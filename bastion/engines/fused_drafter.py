@@ -78,7 +78,6 @@ class FusedDrafter:
         first = drafter.layers[0].self_attn
         self.head_dim = first.head_dim
         self.kv_width = first.num_kv_heads * first.head_dim
-        self.rows = first.num_heads // first.num_kv_heads * drafter.block_size  # query rows per K/V head
         self.scale = self.head_dim ** -0.5
         self.weights = []
         for layer in drafter.layers:
@@ -101,7 +100,8 @@ class FusedDrafter:
             self.post = wrap(functools.partial(post_attention, eps=self.eps))
             attend = wrap(functools.partial(grouped_attention, matmul_rows=COMPILED_MATMUL_ROWS))
         # as for the target, a compiled attention only up to COMPILED_MATMUL_ROWS query rows per K/V head
-        self.attend: Callable = attend if self.rows <= COMPILED_MATMUL_ROWS else grouped_attention
+        rows = first.num_heads // first.num_kv_heads * drafter.block_size  # query rows per K/V head
+        self.attend: Callable = attend if rows <= COMPILED_MATMUL_ROWS else grouped_attention
 
     @staticmethod
     def supports(drafter) -> bool:

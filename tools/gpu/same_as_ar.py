@@ -1,23 +1,25 @@
-"""Print, for each method of a ``bastion.benchmark --output`` file, how many outputs equal AR's."""
+"""Print, for each method of a ``bastion.benchmark --output`` file, how many outputs equal AR's.
+
+The comparison is the aggregation's own (``same_as_ar`` of :mod:`bastion.report.aggregate`);
+exit status 1 when any greedy output differs.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
-from collections import defaultdict
+
+from bastion.report.aggregate import per_prompt_rows
 
 
 def main(path: str) -> int:
-    outs: dict[str, dict[tuple, list[int]]] = defaultdict(dict)
-    for line in open(path):
-        row = json.loads(line)
-        outs[row["method"]][(row["prompt_index"], row["turn"])] = row["output_ids"]
-    ar = outs.pop("ar")
+    rows = per_prompt_rows(json.loads(line) for line in open(path))
     bad = 0
-    for method, got in outs.items():
-        same = sum(got[key] == ar.get(key) for key in got)
-        bad += same != len(got)
-        print(f"{method}: {same} of {len(got)} outputs equal AR's")
+    for method in sorted({r["method"] for r in rows} - {"ar"}):
+        compared = [r["same_as_ar"] for r in rows if r["method"] == method and r["same_as_ar"] != ""]
+        same = sum(map(bool, compared))
+        bad += same != len(compared)
+        print(f"{method}: {same} of {len(compared)} outputs equal AR's")
     return 1 if bad else 0
 
 
