@@ -8,6 +8,7 @@ instead from then on, after one warning.  ``BASTION_RANK=torch`` forces the refe
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import warnings
@@ -18,11 +19,16 @@ import torch
 _WORKS: dict[tuple[str, str], bool] = {}  # (kernel, device) -> whether its Triton form ran
 
 
+@functools.cache
+def _triton_installed() -> bool:
+    return importlib.util.find_spec("triton") is not None  # a file-system search: once per process
+
+
 def use_triton(device: torch.device) -> bool:
     """Triton kernels on CUDA when Triton is installed (``BASTION_RANK=torch`` forces the references)."""
     if os.environ.get("BASTION_RANK", "") == "torch":
         return False
-    return device.type == "cuda" and importlib.util.find_spec("triton") is not None
+    return device.type == "cuda" and _triton_installed()
 
 
 def run_triton(name: str, device: torch.device, call: Callable[[], None]) -> bool:
