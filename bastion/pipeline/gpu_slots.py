@@ -10,6 +10,8 @@ shares a device silently.
 
 Under SLURM the scheduler already gave the job its GPUs (and set
 ``CUDA_VISIBLE_DEVICES``), so no slot is taken there; on a machine without GPUs neither.
+A job run by the job worker (:mod:`bastion.pipeline.worker`) takes none either: its
+client process holds the slot, and the worker runs on that slot's GPU.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_LOCK_DIR = "/tmp/bastion-gpu-slots"
+HELD_ENV = "BASTION_GPU_SLOT_HELD"  # set by the job worker while it runs a job whose client holds this slot
 
 
 class NoFreeSlotError(RuntimeError):
@@ -65,6 +68,9 @@ def acquire(
     poll_s: float = 0.5,
 ) -> Slot:
     """Take a free slot and pin this process to its device (see the module docstring)."""
+    held = os.environ.get(HELD_ENV)
+    if held is not None:
+        return Slot(int(held), os.environ.get("CUDA_VISIBLE_DEVICES", ""))
     if devices is None:
         if os.environ.get("SLURM_JOB_ID"):
             return Slot(None, os.environ.get("CUDA_VISIBLE_DEVICES", ""))

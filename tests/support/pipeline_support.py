@@ -51,8 +51,10 @@ def env(work: Path, **extra: str) -> dict[str, str]:
     return e
 
 
-def smk(work: Path, *args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
-    res = subprocess.run([*SNAKEMAKE, *args], cwd=work, env=env(work), capture_output=True, text=True, timeout=timeout)
+def smk(work: Path, *args: str, timeout: float = 900, check: bool = True,
+        extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    res = subprocess.run([*SNAKEMAKE, *args], cwd=work, env=env(work, **(extra_env or {})), capture_output=True,
+                         text=True, timeout=timeout)
     if check and res.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{res.stdout[-4000:]}\n{res.stderr[-6000:]}")
     return res

@@ -251,6 +251,28 @@ def test_report(work, tmp_path):
     assert out.stat().st_size > 10_000
 
 
+def test_job_worker_runs_calibration_then_decoding_in_one_process_to_the_same_tokens(work):
+    """``job_worker: true`` (on a GPU, ``auto`` means so): the calibration and decode jobs
+    run one after another in one warm worker process, with the same outputs."""
+    hw = hardware_key(work)
+    cells = sorted((work / "results" / hw / "tiny").glob("*/t0/*.jsonl"))
+    before = {c.name + c.parent.parent.name: _tokens(c) for c in cells}
+    assert len(before) == 8
+    smk(work, "--cores", "1", "--config", "job_worker=true", "--forcerun", "calibrate_model", "--",
+        "figures/speedup_table.pdf", extra_env={"BASTION_WORKER_IDLE_S": "20"})
+    assert {c.name + c.parent.parent.name: _tokens(c) for c in cells} == before
+    lines = [re.search(r"\[job-worker\] ran in worker pid (\d+) as its job (\d+)", (work / "logs" / rule / hw / log).read_text())
+             for rule, log in (("calibrate_model", "tiny.log"), ("decode_model", "tiny/t0.log"))]
+    assert all(lines), "a job did not run in the worker"
+    (pid_c, job_c), (pid_d, job_d) = (m.groups() for m in lines)
+    assert pid_c == pid_d and (job_c, job_d) == ("1", "2")
+    assert planned(work, "--", "figures/speedup_table.pdf") == {}
+
+
+def _tokens(path):
+    return {(r["prompt_index"], r["turn"]): r["output_ids"] for r in map(json.loads, open(path))}
+
+
 def test_engine_switch_recalibrates_and_decodes_the_same_tokens(work, tmp_path):
     """The engine is part of the fingerprint (own calibration) and keeps T = 0 outputs.
 

@@ -1,5 +1,10 @@
 """Probe the verification-latency grid and fit the calibrated roofline."""
 
+from bastion.pipeline.worker import hand_off
+
+# a GPU job runs in the warm job worker, which exits this process with its status (bastion/pipeline/worker.py)
+hand_off(snakemake, __file__, snakemake.params.device)
+
 import json
 
 from bastion.calibration import stages

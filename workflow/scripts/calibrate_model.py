@@ -1,5 +1,10 @@
 """A small model's whole calibration chain in one job: hardware, latency grid(s) and overheads."""
 
+from bastion.pipeline.worker import hand_off
+
+# a GPU job runs in the warm job worker, which exits this process with its status (bastion/pipeline/worker.py)
+hand_off(snakemake, __file__, snakemake.params.device)
+
 from bastion.calibration import stages
 from bastion.calibration.overheads import describe_overheads
 from bastion.pipeline import compile_cache

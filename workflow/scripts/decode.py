@@ -1,5 +1,10 @@
 """Decode one cell (or shard) as a DecodeRun, the CLI's own run; resumes from <output>.partial."""
 
+from bastion.pipeline.worker import hand_off
+
+# a GPU job runs in the warm job worker, which exits this process with its status (bastion/pipeline/worker.py)
+hand_off(snakemake, __file__, snakemake.params.knobs["device"])
+
 import json
 
 import torch

@@ -2,6 +2,11 @@
 models and engine loaded once, each into its own output as the per-method job would write it;
 each run resumes from its <output>.partial."""
 
+from bastion.pipeline.worker import hand_off
+
+# a GPU job runs in the warm job worker, which exits this process with its status (bastion/pipeline/worker.py)
+hand_off(snakemake, __file__, next(iter(snakemake.params.knobs.values()))["device"])
+
 import json
 
 import torch

@@ -1,5 +1,10 @@
 """Check the device against the hardware key, fingerprint it and measure its ceilings."""
 
+from bastion.pipeline.worker import hand_off
+
+# a GPU job runs in the warm job worker, which exits this process with its status (bastion/pipeline/worker.py)
+hand_off(snakemake, __file__, snakemake.params.device)
+
 import json
 
 from bastion.calibration import stages

@@ -1,0 +1,213 @@
+"""A warm process per GPU that runs the pipeline's GPU jobs one after another.
+
+Snakemake starts one process per job, and on a GPU host most of a small job is start-up:
+importing torch and Transformers (about 15 s on an H200 host), then Dynamo's tracing,
+Inductor's loads and the CUDA graph captures.  The tiny experiment's calibration job and
+its decode job paid all of that twice, in 90-100 s jobs that decode for a few seconds
+(docs/performance.md, sessions 11 and 12).  A job handed to the worker runs its script in
+a process that already imported, traced and compiled what the jobs before it used.
+
+A job's script calls :func:`hand_off` first.  In the worker the call returns at once and
+the script runs as it would alone; in the job's own process it sends the script and its
+``snakemake`` object to the worker (starting one if none answers), waits, and exits with
+the job's status.  Every output, log line and benchmark row is the one the script writes
+either way; the job's log ends with a line naming the worker.
+
+- One worker per working directory, Python, package sources (path, size, mtime of every
+  file), GPU slot and torch-related environment: an edit, another checkout or another GPU
+  gets a fresh worker.  Starting a worker for a GPU retires the previous one of that GPU,
+  so two never hold its memory.
+- One job at a time.  A failed job ends the worker (its CUDA state is not trusted); so
+  does a job whose client went away (Snakemake stopped it), so nothing writes after
+  Snakemake gave up on a job.  An idle worker exits after ``BASTION_WORKER_IDLE_S``
+  (default 120 s).
+- Config ``job_worker``: ``auto`` uses it for GPU jobs outside SLURM (each SLURM job has
+  its own allocation, and a CPU job's start-up is seconds); ``true`` always, ``false`` never.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import pickle
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bastion.pipeline import gpu_slots
+
+IN_WORKER = "BASTION_IN_WORKER"
+IDLE_ENV = "BASTION_WORKER_IDLE_S"
+DEFAULT_IDLE_S = 120.0
+START_TIMEOUT_S = 60.0
+# variables that change what torch, Triton or our code do: a job with other values gets its own worker
+ENV_PREFIXES = ("BASTION_", "TORCH", "PYTORCH", "CUDA_", "OMP_", "MKL_", "TRITON", "HF_", "TRANSFORMERS", "NCCL_")
+_HEADER = struct.Struct("!Q")
+
+
+class WorkerStartError(RuntimeError):
+    """No worker could be started or reached; the job then runs in its own process."""
+
+
+def wanted(mode: Any, device: str) -> bool:
+    """Whether a job on ``device`` (the config's: auto, cpu or cuda) goes to the worker."""
+    if mode not in (True, False, "true", "false", "auto"):
+        raise ValueError(f"config key `job_worker`: {mode!r} is not one of auto, true, false")
+    if os.environ.get(IN_WORKER) or mode in (False, "false"):
+        return False
+    if mode in (True, "true"):
+        return True
+    if os.environ.get("SLURM_JOB_ID") or device == "cpu":
+        return False
+    return bool(gpu_slots.visible_gpus())
+
+
+def hand_off(smk: Any, script: str, device: str = "auto") -> None:
+    """Run this job in the worker and exit with its status; return when it should run here.
+
+    ``smk`` is the script's ``snakemake`` object, ``script`` its ``__file__``.  The GPU slot
+    is taken here and held until the job ends, so the worker runs on the slot's GPU.
+    """
+    if not wanted(smk.config.get("job_worker", "auto"), device):
+        return
+    slot = gpu_slots.acquire() if device != "cpu" else None
+    name = f"gpu{slot.device}" if slot is not None and slot.index is not None else "cpu"
+    path = socket_dir() / f"{_key()}.sock"
+    try:
+        conn = _connect_or_start(path, name if name != "cpu" else None)
+    except WorkerStartError as exc:
+        print(f"[job-worker] {exc}; the job runs in its own process", file=sys.stderr, flush=True)
+        if slot is not None:
+            slot.release()  # the script's own pinned() takes a slot again
+        return
+    request = {"script": os.path.realpath(script), "snakemake": smk, "cwd": os.getcwd(),
+               "slot": None if slot is None else slot.index}
+    with conn:
+        send(conn, request)
+        reply = recv(conn)
+    if reply is None:
+        print(f"error: the job worker died during the job; its log: {path.with_suffix('.log')}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    sys.stderr.write(reply["console"])
+    sys.stderr.flush()
+    sys.exit(reply["rc"])
+
+
+def socket_dir() -> Path:
+    folder = Path(tempfile.gettempdir()) / f"bastion-worker-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder
+
+
+def _key() -> str:
+    """What a worker must share with the job: see the module docstring."""
+    h = hashlib.sha256()
+    for part in (sys.executable, os.getcwd(), json.dumps(sys.path)):
+        h.update(part.encode() + b"\0")
+    for k in sorted(os.environ):
+        if k.startswith(ENV_PREFIXES):
+            h.update(f"{k}={os.environ[k]}\0".encode())
+    for package in ("bastion", "dflash"):
+        spec = importlib.util.find_spec(package)
+        for root in (spec.submodule_search_locations or []) if spec else []:
+            for f in sorted(Path(root).rglob("*.py")):
+                st = f.stat()
+                h.update(f"{f}:{st.st_size}:{st.st_mtime_ns}\0".encode())
+    return h.hexdigest()[:24]
+
+
+def _connect(path: Path) -> socket.socket | None:
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(str(path))
+        return conn
+    except OSError:
+        conn.close()
+        return None
+
+
+def _connect_or_start(path: Path, gpu: str | None) -> socket.socket:
+    import fcntl
+
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one client starts the worker; the others wait and connect
+        conn = _connect(path)
+        if conn is not None:
+            return conn
+        if gpu is not None:
+            _retire(socket_dir() / f"{gpu}.pid")
+        path.unlink(missing_ok=True)
+        log = path.with_suffix(".log")
+        code = ("import json, os, sys; sys.path[:] = json.loads(os.environ.pop('BASTION_WORKER_PATH')); "
+                "from bastion.pipeline.worker_process import serve_main; serve_main()")
+        env = dict(os.environ, BASTION_WORKER_PATH=json.dumps(sys.path), **{IN_WORKER: "1"})
+        idle = os.environ.get(IDLE_ENV, str(DEFAULT_IDLE_S))
+        with open(log, "ab") as out:
+            proc = subprocess.Popen([sys.executable, "-c", code, str(path), idle, gpu or ""], stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True, close_fds=True)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise WorkerStartError(f"the job worker exited at start with status {proc.returncode} (its log: {log})")
+            conn = _connect(path)
+            if conn is not None:
+                return conn
+            time.sleep(0.05)
+        proc.kill()
+        raise WorkerStartError(f"the job worker did not answer within {START_TIMEOUT_S:.0f} s (its log: {log})")
+
+
+def _retire(pid_file: Path) -> None:
+    """End the previous worker of this GPU (idle: the caller holds the GPU's slot) so its memory frees."""
+    try:
+        pid = int(pid_file.read_text().split()[0])
+        if "bastion.pipeline.worker" not in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+            return  # the pid was reused by another program
+        os.kill(pid, signal.SIGTERM)
+    except (OSError, ValueError, IndexError):
+        return
+    for _ in range(200):  # up to 10 s for the GPU memory to be released
+        if not alive(pid):
+            return
+        time.sleep(0.05)
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not: a container's init may never reap the worker)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def send(conn: socket.socket, obj: Any) -> None:
+    data = pickle.dumps(obj)
+    conn.sendall(_HEADER.pack(len(data)) + data)
+
+
+def recv(conn: socket.socket) -> Any:
+    """The next message, or None when the other side closed the connection."""
+    head = _read(conn, _HEADER.size)
+    if head is None:
+        return None
+    body = _read(conn, _HEADER.unpack(head)[0])
+    return None if body is None else pickle.loads(body)
+
+
+def _read(conn: socket.socket, n: int) -> bytes | None:
+    chunks, got = [], 0
+    while got < n:
+        chunk = conn.recv(min(n - got, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)

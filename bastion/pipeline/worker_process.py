@@ -1,0 +1,154 @@
+"""The job worker's own process: it serves one job after another (see :mod:`bastion.pipeline.worker`).
+
+Each job's script runs as Snakemake would run it, with the job's ``snakemake`` object,
+in the client's working directory, under the slot the client holds.  What the job writes
+to the console (a failure's one-line reason) goes back to the client; its log and outputs
+are written where the script writes them.
+"""
+
+from __future__ import annotations
+
+import gc
+import io
+import os
+import runpy
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from bastion.pipeline import gpu_slots
+from bastion.pipeline.worker import IN_WORKER, recv, send
+
+
+def serve_main() -> None:
+    """Entry point of the worker process: ``<socket> <idle seconds> <gpu name or ''>``."""
+    path, idle_s, gpu = Path(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+    os.environ[IN_WORKER] = "1"
+    serve(path, idle_s, gpu or None)
+
+
+def serve(path: Path, idle_s: float, gpu: str | None = None) -> None:
+    signal.signal(signal.SIGTERM, _retired)
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(str(path))
+    srv.listen(8)
+    srv.settimeout(0.5)
+    inode = path.stat().st_ino
+    if gpu is not None:
+        (path.parent / f"{gpu}.pid").write_text(f"{os.getpid()}\n{path}\n")
+    print(f"[job-worker] {time.strftime('%H:%M:%S')} pid {os.getpid()} serving {path}", flush=True)
+    last, jobs, rc = time.monotonic(), 0, 0
+    try:
+        while time.monotonic() - last < idle_s and _still_ours(path, inode):
+            try:
+                conn, _ = srv.accept()
+            except socket.timeout:
+                continue
+            with conn:
+                request = recv(conn)
+                if request is None:
+                    continue
+                jobs += 1
+                rc = _serve_job(conn, request, jobs)
+            last = time.monotonic()
+            if rc != 0:
+                print(f"[job-worker] job {jobs} failed (status {rc}): exiting", flush=True)
+                break
+    except Retired:
+        print("[job-worker] retired by a newer worker of its GPU", flush=True)
+    finally:
+        if _still_ours(path, inode):
+            path.unlink(missing_ok=True)
+            if rc == 0:  # nothing to look into: every job's own log has its output
+                path.with_suffix(".log").unlink(missing_ok=True)
+    print(f"[job-worker] {time.strftime('%H:%M:%S')} exiting after {jobs} job(s)", flush=True)
+
+
+class Retired(BaseException):
+    """SIGTERM: a newer worker of this GPU ends this one (a job it ran then fails, never passes)."""
+
+
+def _retired(*_: Any) -> None:
+    raise Retired
+
+
+def _still_ours(path: Path, inode: int) -> bool:
+    try:
+        return path.stat().st_ino == inode
+    except OSError:
+        return False
+
+
+def _serve_job(conn: socket.socket, request: dict[str, Any], number: int) -> int:
+    done = threading.Event()
+    threading.Thread(target=_watch_client, args=(conn, done), daemon=True).start()
+    smk = request["snakemake"]
+    t0 = time.monotonic()
+    print(f"[job-worker] {time.strftime('%H:%M:%S')} job {number}: {request['script']} in {request['cwd']}", flush=True)
+    rc, console = _run_script(request)
+    note = (f"[job-worker] ran in worker pid {os.getpid()} as its job {number} "
+            f"({'a fresh worker' if number == 1 else 'imports, compiled functions and caches of earlier jobs reused'}), "
+            f"{time.monotonic() - t0:.1f} s")
+    for log in list(getattr(smk, "log", []) or [])[:1]:
+        with open(log, "a", encoding="utf-8") as fh:
+            print(note, file=fh)
+    done.set()
+    send(conn, {"rc": rc, "console": console})
+    print(f"[job-worker] {time.strftime('%H:%M:%S')} job {number} done, status {rc}", flush=True)
+    return rc
+
+
+def _watch_client(conn: socket.socket, done: threading.Event) -> None:
+    """End the worker if the job's client goes away before the job is done."""
+    try:
+        conn.recv(1)
+    except OSError:
+        pass
+    if not done.is_set():
+        print("[job-worker] the job's process went away mid-job (Snakemake stopped it): exiting", flush=True)
+        os._exit(3)
+
+
+class _Console(io.StringIO):
+    """What the job writes to the console: kept for the client, echoed to the worker's log."""
+
+    def write(self, s: str) -> int:
+        sys.__stdout__.write(s)
+        return super().write(s)
+
+
+def _run_script(request: dict[str, Any]) -> tuple[int, str]:
+    os.chdir(request["cwd"])
+    console, real_err = _Console(), sys.__stderr__
+    sys.__stderr__ = console  # job_log() prints a failure's one-line reason there
+    if request["slot"] is not None:
+        os.environ[gpu_slots.HELD_ENV] = str(request["slot"])
+    try:
+        runpy.run_path(request["script"], init_globals={"snakemake": request["snakemake"]}, run_name="__main__")
+        rc = 0
+    except SystemExit as exc:
+        rc = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        if isinstance(exc.code, str):
+            console.write(exc.code + "\n")
+    except BaseException:  # noqa: BLE001 - the job's failure is reported to its client, whatever it is
+        console.write(traceback.format_exc())
+        rc = 1
+    finally:
+        sys.__stderr__ = real_err
+        sys.stdout, sys.stderr = sys.__stdout__, real_err
+        os.environ.pop(gpu_slots.HELD_ENV, None)
+    _free_memory()
+    return rc, console.getvalue()
+
+
+def _free_memory() -> None:
+    """Drop what the finished job left, so the next one starts with the GPU's memory free."""
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
