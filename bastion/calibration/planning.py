@@ -7,12 +7,22 @@ job runs: the local hardware key (``hardware: auto``) and the compared fingerpri
 was built without CUDA and ROCm (``torch.cuda.is_available()`` is then always False), which
 its ``torch/version.py`` records.  Any other build, or a version file this cannot read,
 answers ``None`` here, and the caller asks torch itself (:mod:`bastion.calibration.hardware`).
+
+On a GPU host, importing torch and starting CUDA to read one device name took seconds of
+every Snakemake invocation, dry runs included.  With a CUDA build of torch and every GPU
+visible to CUDA of one model (so CUDA's device order cannot matter), ``nvidia-smi`` gives
+that name, the driver is read as the jobs read it, and the CUDA version is the build's.
+Anything else (MIG devices, mixed models, no ``nvidia-smi``) answers ``None``, and torch
+decides as before.  A job's own check (:func:`bastion.calibration.hardware.check_device`)
+still compares the key with what torch reports.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib.util
+import os
+import subprocess
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -87,3 +97,53 @@ def cpu_fingerprint(build: TorchBuild, dtype: str, attn_impl: str, engine: str) 
     if dtype not in _DTYPES:
         return None
     return fingerprint.cpu_collect(build.version, dtype, attn_impl, engine_for(engine, "cpu"))
+
+
+def visible_gpu_names() -> list[str] | None:
+    """Names of the GPUs CUDA would show this process, from ``nvidia-smi`` (CUDA not started);
+    ``None`` without nvidia-smi, or for a ``CUDA_VISIBLE_DEVICES`` entry this does not resolve."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,name", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    rows = [[c.strip() for c in line.split(",", 2)] for line in out.splitlines() if line.strip()]
+    if any(len(r) != 3 for r in rows):
+        return None
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is None:
+        return [r[2] for r in rows]
+    names = []
+    for entry in (e.strip() for e in env.split(",")):
+        if not entry:
+            break  # CUDA ignores everything from an empty entry on
+        match = [r for r in rows if r[0] == entry or (entry.startswith("GPU-") and r[1].startswith(entry))]
+        if len(match) != 1:
+            return None  # a MIG instance, or an id nvidia-smi does not list
+        names.append(match[0][2])
+    return names
+
+
+def gpu_name(build: TorchBuild | None) -> str | None:
+    """The name every GPU job will report, where that is certain without torch: a CUDA build
+    of torch and every visible GPU one model; else ``None`` (ask torch)."""
+    if build is None or build.cuda is None or build.hip is not None:
+        return None
+    names = visible_gpu_names()
+    return names[0] if names and len(set(names)) == 1 else None
+
+
+def gpu_key(name: str) -> str:
+    """:func:`bastion.calibration.hardware.detect_key` of a GPU named ``name``."""
+    return fingerprint.hardware_key({"device_name": name, "device_type": "cuda"})
+
+
+def gpu_fingerprint(build: TorchBuild, name: str, dtype: str, attn_impl: str, engine: str) -> dict[str, Any] | None:
+    """:func:`bastion.calibration.fingerprint.collect` on that GPU with the configured ``dtype``
+    (``auto`` is bfloat16 there) and ``engine``; ``None`` for a dtype name this cannot translate."""
+    dtype = "bfloat16" if dtype == "auto" else dtype
+    if dtype not in _DTYPES or build.cuda is None:
+        return None
+    return fingerprint.assemble("cuda", name, driver=fingerprint._nvidia_driver(), cuda=build.cuda,
+                                torch_version=build.version, dtype=dtype, attn_impl=attn_impl,
+                                engine=engine_for(engine, "cuda"))

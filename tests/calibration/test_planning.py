@@ -55,3 +55,64 @@ def test_planning_loads_no_torch():
             "b and planning.cpu_fingerprint(b, 'auto', 'sdpa', 'auto'); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+FAKE_SMI = """#!/bin/sh
+case "$*" in
+  *index,uuid,name*) printf '0, GPU-aaaa1111-0000, NVIDIA H200\\n1, GPU-bbbb2222-0000, NVIDIA H200\\n2, GPU-cccc3333-0000, NVIDIA A100-SXM4-80GB\\n' ;;
+  *driver_version*) printf '570.10\\n570.10\\n570.10\\n' ;;
+  *) exit 9 ;;
+esac
+"""
+
+
+@pytest.fixture
+def fake_smi(tmp_path, monkeypatch):
+    """An ``nvidia-smi`` on PATH that lists two H200s and an A100 (a real executable, queried as the code queries it)."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(FAKE_SMI)
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{__import__('os').environ['PATH']}")
+    fingerprint._nvidia_driver.cache_clear()
+    yield
+    fingerprint._nvidia_driver.cache_clear()
+
+
+@pytest.mark.parametrize("visible, names", [
+    ("0,1", ["NVIDIA H200", "NVIDIA H200"]),
+    ("GPU-bbbb", ["NVIDIA H200"]),  # a UUID prefix, as CUDA accepts it
+    ("2", ["NVIDIA A100-SXM4-80GB"]),
+    ("1,,2", ["NVIDIA H200"]),  # CUDA ignores everything from an empty entry on
+    ("", []),
+    ("MIG-0123", None),  # not resolved here: torch decides
+    ("7", None),
+])
+def test_visible_gpu_names_follow_cuda_visible_devices(fake_smi, monkeypatch, visible, names):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert planning.visible_gpu_names() == names
+
+
+def test_gpu_name_only_where_the_device_order_cannot_matter(fake_smi, monkeypatch):
+    cuda_build = planning.TorchBuild("2.11.0+cu128", "12.8", None)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert planning.gpu_name(cuda_build) is None  # H200s and an A100: CUDA's order decides which is first
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
+    assert planning.gpu_name(cuda_build) == "NVIDIA H200"
+    assert planning.gpu_key("NVIDIA H200") == "nvidia-h200"
+    assert planning.gpu_name(planning.TorchBuild("2.13.0+cpu", None, None)) is None
+    assert planning.gpu_name(planning.TorchBuild("2.11.0+rocm6", None, "6.2")) is None
+
+
+def test_gpu_fingerprint_has_the_fields_a_gpu_job_records(fake_smi):
+    build = planning.TorchBuild("2.11.0+cu128", "12.8", None)
+    fp = planning.gpu_fingerprint(build, "NVIDIA H200", "auto", "sdpa", "auto")
+    want = fingerprint.assemble("cuda", "NVIDIA H200", driver="570.10", cuda="12.8", torch_version="2.11.0+cu128",
+                                dtype="bfloat16", attn_impl="sdpa", engine="compiled")
+    assert fp == want
+    assert planning.gpu_fingerprint(build, "NVIDIA H200", "half", "sdpa", "auto") is None
+
+
+def test_no_nvidia_smi_defers_to_torch(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert planning.visible_gpu_names() is None
+    assert planning.gpu_name(planning.TorchBuild("2.11.0+cu128", "12.8", None)) is None

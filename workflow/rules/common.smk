@@ -83,11 +83,17 @@ TORCH_BUILD = planning.torch_build()
 CPU_ONLY = TORCH_BUILD is not None and TORCH_BUILD.cpu_only
 
 
+# a CUDA build with every visible GPU one model: nvidia-smi names it, and planning needs no torch either
+GPU_NAME = None if CPU_ONLY else planning.gpu_name(TORCH_BUILD)
+
+
 def _detect_hardware():
     if config["hardware"] != "auto":
         return config["hardware"]
     if CPU_ONLY:
         return planning.cpu_key()
+    if GPU_NAME:
+        return planning.gpu_key(GPU_NAME)
     from bastion.calibration.hardware import detect_key
 
     # a GPU experiment planned on a machine without one (a login node) keys by this machine
@@ -125,6 +131,8 @@ def _software_fingerprint():
     if TORCH_BUILD is not None and (CPU_ONLY or EXP.get("device", "auto") == "cpu"):
         # the CPU's fingerprint needs only torch's version string
         fp = planning.cpu_fingerprint(TORCH_BUILD, EXP.get("dtype", "auto"), config["attn_impl"], config["engine"])
+    elif GPU_NAME:
+        fp = planning.gpu_fingerprint(TORCH_BUILD, GPU_NAME, EXP.get("dtype", "auto"), config["attn_impl"], config["engine"])
     fp = fp or _torch_fingerprint()
     return ";".join(f"{k}={fp[k]}" for k in fingerprint.COMPARED)
 
