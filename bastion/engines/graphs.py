@@ -20,6 +20,10 @@ from typing import Callable, Hashable, Sequence
 import torch
 
 
+#: every capture of this process: the job worker reports what each job added
+CAPTURES = {"count": 0, "seconds": 0.0}
+
+
 class GraphRunner:
     """Runs ``fn()`` for a key, through a CUDA graph captured on first use when enabled."""
 
@@ -65,6 +69,8 @@ class GraphRunner:
             fn()
         torch.cuda.synchronize(self.device)
         self.capture_seconds += time.perf_counter() - t0
+        CAPTURES["count"] += 1
+        CAPTURES["seconds"] += time.perf_counter() - t0
         return graph
 
 

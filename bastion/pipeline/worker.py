@@ -80,9 +80,10 @@ def hand_off(smk: Any, script: str, device: str = "auto") -> None:
         return
     slot = gpu_slots.acquire() if device != "cpu" else None
     name = f"gpu{slot.device}" if slot is not None and slot.index is not None else "cpu"
-    path = socket_dir() / f"{_key()}.sock"
+    parts = key_parts()
+    path = socket_dir() / f"{_key(parts)}.sock"
     try:
-        conn = _connect_or_start(path, name if name != "cpu" else None)
+        conn = _connect_or_start(path, name if name != "cpu" else None, parts)
     except WorkerStartError as exc:
         print(f"[job-worker] {exc}; the job runs in its own process", file=sys.stderr, flush=True)
         if slot is not None:
@@ -107,21 +108,23 @@ def socket_dir() -> Path:
     return folder
 
 
-def _key() -> str:
-    """What a worker must share with the job: see the module docstring."""
-    h = hashlib.sha256()
-    for part in (sys.executable, os.getcwd(), json.dumps(sys.path)):
-        h.update(part.encode() + b"\0")
-    for k in sorted(os.environ):
-        if k.startswith(ENV_PREFIXES):
-            h.update(f"{k}={os.environ[k]}\0".encode())
+def key_parts() -> dict[str, Any]:
+    """What a worker must share with the job (see the module docstring), as it is hashed."""
+    sources = {}
     for package in ("bastion", "dflash"):
         spec = importlib.util.find_spec(package)
         for root in (spec.submodule_search_locations or []) if spec else []:
             for f in sorted(Path(root).rglob("*.py")):
                 st = f.stat()
-                h.update(f"{f}:{st.st_size}:{st.st_mtime_ns}\0".encode())
-    return h.hexdigest()[:24]
+                sources[str(f)] = f"{st.st_size}:{st.st_mtime_ns}"
+    # Snakemake adds a source cache of its own, in a new temporary folder per invocation
+    paths = [p for p in sys.path if "snakemake-runtime-cache" not in p]
+    return {"python": sys.executable, "cwd": os.getcwd(), "sys_path": paths,
+            "env": {k: os.environ[k] for k in sorted(os.environ) if k.startswith(ENV_PREFIXES)}, "sources": sources}
+
+
+def _key(parts: dict[str, Any] | None = None) -> str:
+    return hashlib.sha256(json.dumps(parts or key_parts(), sort_keys=True).encode()).hexdigest()[:24]
 
 
 def _connect(path: Path) -> socket.socket | None:
@@ -134,7 +137,7 @@ def _connect(path: Path) -> socket.socket | None:
         return None
 
 
-def _connect_or_start(path: Path, gpu: str | None) -> socket.socket:
+def _connect_or_start(path: Path, gpu: str | None, parts: dict[str, Any]) -> socket.socket:
     import fcntl
 
     with open(path.with_suffix(".lock"), "w") as lock:
@@ -145,6 +148,7 @@ def _connect_or_start(path: Path, gpu: str | None) -> socket.socket:
         if gpu is not None:
             _retire(socket_dir() / f"{gpu}.pid")
         path.unlink(missing_ok=True)
+        path.with_suffix(".json").write_text(json.dumps(parts, indent=1))  # why a new worker: compare with an older one's
         log = path.with_suffix(".log")
         code = ("import json, os, sys; sys.path[:] = json.loads(os.environ.pop('BASTION_WORKER_PATH')); "
                 "from bastion.pipeline.worker_process import serve_main; serve_main()")

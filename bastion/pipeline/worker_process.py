@@ -66,6 +66,7 @@ def serve(path: Path, idle_s: float, gpu: str | None = None) -> None:
             path.unlink(missing_ok=True)
             if rc == 0:  # nothing to look into: every job's own log has its output
                 path.with_suffix(".log").unlink(missing_ok=True)
+                path.with_suffix(".json").unlink(missing_ok=True)
     print(f"[job-worker] {time.strftime('%H:%M:%S')} exiting after {jobs} job(s)", flush=True)
 
 
@@ -88,12 +89,14 @@ def _serve_job(conn: socket.socket, request: dict[str, Any], number: int) -> int
     done = threading.Event()
     threading.Thread(target=_watch_client, args=(conn, done), daemon=True).start()
     smk = request["snakemake"]
-    t0 = time.monotonic()
+    t0, before = time.monotonic(), _work_counts()
     print(f"[job-worker] {time.strftime('%H:%M:%S')} job {number}: {request['script']} in {request['cwd']}", flush=True)
     rc, console = _run_script(request)
+    graphs, captures, capture_s = (b - a for a, b in zip(before, _work_counts()))
     note = (f"[job-worker] ran in worker pid {os.getpid()} as its job {number} "
             f"({'a fresh worker' if number == 1 else 'imports, compiled functions and caches of earlier jobs reused'}), "
-            f"{time.monotonic() - t0:.1f} s")
+            f"{time.monotonic() - t0:.1f} s: {graphs:g} graphs compiled by torch.compile, "
+            f"{captures:g} CUDA graphs captured in {capture_s:.1f} s")
     for log in list(getattr(smk, "log", []) or [])[:1]:
         with open(log, "a", encoding="utf-8") as fh:
             print(note, file=fh)
@@ -101,6 +104,14 @@ def _serve_job(conn: socket.socket, request: dict[str, Any], number: int) -> int
     send(conn, {"rc": rc, "console": console})
     print(f"[job-worker] {time.strftime('%H:%M:%S')} job {number} done, status {rc}", flush=True)
     return rc
+
+
+def _work_counts() -> tuple[float, float, float]:
+    """Graphs torch.compile made, and CUDA graph captures (count, seconds), in this process so far."""
+    dynamo = sys.modules.get("torch._dynamo.utils")
+    graphs = dynamo.counters["stats"]["unique_graphs"] if dynamo is not None else 0
+    captures = getattr(sys.modules.get("bastion.engines.graphs"), "CAPTURES", {"count": 0, "seconds": 0.0})
+    return float(graphs), float(captures["count"]), float(captures["seconds"])
 
 
 def _watch_client(conn: socket.socket, done: threading.Event) -> None:

@@ -266,6 +266,13 @@ def test_job_worker_runs_calibration_then_decoding_in_one_process_to_the_same_to
     assert all(lines), "a job did not run in the worker"
     (pid_c, job_c), (pid_d, job_d) = (m.groups() for m in lines)
     assert pid_c == pid_d and (job_c, job_d) == ("1", "2")
+    # a later invocation finds the same worker (Snakemake's per-invocation source cache is not in its key)
+    smk(work, "--cores", "1", "--config", "job_worker=true", "--forcerun", "decode_model", "--",
+        "figures/speedup_table.pdf", extra_env={"BASTION_WORKER_IDLE_S": "20"})
+    again = re.search(r"\[job-worker\] ran in worker pid (\d+) as its job (\d+)",
+                      (work / "logs" / "decode_model" / hw / "tiny/t0.log").read_text())
+    assert again and again.groups() == (pid_c, "3")
+    assert {c.name + c.parent.parent.name: _tokens(c) for c in cells} == before
     assert planned(work, "--", "figures/speedup_table.pdf") == {}
 
 

@@ -5,6 +5,7 @@
 # decode job forced to run again in that copy (the worker still warm); then a second clean
 # copy, cold, with `job_worker=false` (one process per job, as before).  Prints every GPU
 # job's benchmark seconds, the decoding seconds inside it, and the speedup tables.
+# RUNS picks the parts (default "worker rerun noworker").
 # Needs the wheels in .whl (carry .whl).
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu_out}; mkdir -p "$OUT"
@@ -41,11 +42,13 @@ run() {  # name, extra snakemake args...
   tar czf "$OUT/logs_$name.tgz" logs figures/*.md 2>/dev/null
   cd "$SRC"
 }
-run worker
+RUNS=${RUNS:-worker rerun noworker}
+[[ " $RUNS " == *" worker "* ]] && run worker
+[[ " $RUNS " == *" rerun "* ]] && {
 cd /tmp/e2e_worker; t=$SECONDS
 timeout 120 python3 -m snakemake figures/speedup_table.pdf --cores 8 --resources gpu=1 --forcerun decode_model > "$OUT/e2e_rerun.log" 2>&1
 echo "== decode_model again, worker warm: rc=$? $((SECONDS - t)) s"; jobs_summary
 tar czf "$OUT/logs_rerun.tgz" logs figures/*.md 2>/dev/null
-cd "$SRC"
-run noworker --config job_worker=false
+cd "$SRC"; }
+[[ " $RUNS " == *" noworker "* ]] && run noworker --config job_worker=false
 ls /tmp/bastion-worker-*/ 2>/dev/null
