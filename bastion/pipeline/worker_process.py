@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import io
+import logging
 import os
 import runpy
 import signal
@@ -54,7 +55,11 @@ def serve(path: Path, idle_s: float, gpu: str | None = None) -> None:
                 if request is None:
                     continue
                 jobs += 1
-                rc = _serve_job(conn, request, jobs)
+                try:
+                    rc = _serve_job(conn, request, jobs)
+                except Exception:  # noqa: BLE001 - the worker's own failure: log it, end (the client reports it)
+                    traceback.print_exc(file=sys.stdout)
+                    rc = 1
             last = time.monotonic()
             if rc != 0:
                 print(f"[job-worker] job {jobs} failed (status {rc}): exiting", flush=True)
@@ -153,8 +158,33 @@ def _run_script(request: dict[str, Any]) -> tuple[int, str]:
         sys.__stderr__ = real_err
         sys.stdout, sys.stderr = sys.__stdout__, real_err
         os.environ.pop(gpu_slots.HELD_ENV, None)
+    _rebind_log_handlers()
     _free_memory()
     return rc, console.getvalue()
+
+
+class _CurrentStderr:
+    """A stream that is whatever ``sys.stderr`` is now: the running job's log."""
+
+    def write(self, s: str) -> int:
+        return sys.stderr.write(s)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+def _rebind_log_handlers() -> None:
+    """Point logging handlers made during the job at the next job's log.
+
+    A handler created while a job ran (torch's, Transformers') holds that job's log file,
+    closed now; the next job's records would be lost in "--- Logging error ---" messages.
+    """
+    loggers = [logging.getLogger(), *(v for v in logging.Logger.manager.loggerDict.values() if isinstance(v, logging.Logger))]
+    for handler in (h for lg in loggers for h in lg.handlers):
+        stream = getattr(handler, "stream", None)
+        if isinstance(handler, logging.StreamHandler) and getattr(stream, "closed", False):
+            with handler.lock:  # not setStream(): it flushes the closed file first
+                handler.stream = _CurrentStderr()
 
 
 def _free_memory() -> None:

@@ -144,3 +144,27 @@ def test_a_job_in_the_worker_uses_the_slot_its_client_holds(monkeypatch, tmp_pat
     slot = gpu_slots.acquire(["2", "3"], lock_dir=tmp_path)
     assert (slot.index, slot.device, slot.fd) == (1, "3", None)
     assert not list(tmp_path.iterdir())  # no lock taken: the client holds it
+
+
+LOGGING_SCRIPT = '''
+import logging, sys, types
+if "snakemake" not in globals():
+    snakemake = types.SimpleNamespace(config={"job_worker": True}, log=[sys.argv[1]], output=[sys.argv[2]], mode=sys.argv[3])
+from bastion.pipeline.worker import hand_off
+hand_off(snakemake, __file__, "cpu")
+from bastion.pipeline.joblog import job_log
+with job_log(snakemake.log[0]):
+    log = logging.getLogger("made.in.the.first.job")
+    if not log.handlers:  # as torch and Transformers make theirs: once per process, on sys.stderr of that moment
+        log.addHandler(logging.StreamHandler(sys.stderr))
+    log.warning("record of %s", snakemake.output[0])
+    open(snakemake.output[0], "w").write(f"{__import__('os').getpid()} 1")
+'''
+
+
+def test_a_log_handler_made_in_one_job_writes_to_the_later_jobs_logs(job):
+    (job.dir / "job.py").write_text(LOGGING_SCRIPT)
+    assert job("a").returncode == 0 and job("b").returncode == 0
+    assert job.pids[0] == job.pids[1]
+    log_b = (job.dir / "b.log").read_text()
+    assert f"record of {job.dir / 'b.out'}" in log_b and "Logging error" not in log_b
