@@ -56,7 +56,7 @@ def serve(path: Path, idle_s: float, gpu: str | None = None) -> None:
                     continue
                 jobs += 1
                 try:
-                    rc = _serve_job(conn, request, jobs)
+                    rc = _serve_job(conn, request, jobs, path.with_suffix(".log"))
                 except Exception:  # noqa: BLE001 - the worker's own failure: log it, end (the client reports it)
                     traceback.print_exc(file=sys.stdout)
                     rc = 1
@@ -68,10 +68,7 @@ def serve(path: Path, idle_s: float, gpu: str | None = None) -> None:
         print("[job-worker] retired by a newer worker of its GPU", flush=True)
     finally:
         if _still_ours(path, inode):
-            path.unlink(missing_ok=True)
-            if rc == 0:  # nothing to look into: every job's own log has its output
-                path.with_suffix(".log").unlink(missing_ok=True)
-                path.with_suffix(".json").unlink(missing_ok=True)
+            path.unlink(missing_ok=True)  # the log stays: torch's TORCH_LOGS output goes there, not to the jobs' logs
     print(f"[job-worker] {time.strftime('%H:%M:%S')} exiting after {jobs} job(s)", flush=True)
 
 
@@ -90,7 +87,7 @@ def _still_ours(path: Path, inode: int) -> bool:
         return False
 
 
-def _serve_job(conn: socket.socket, request: dict[str, Any], number: int) -> int:
+def _serve_job(conn: socket.socket, request: dict[str, Any], number: int, log: Path) -> int:
     done = threading.Event()
     threading.Thread(target=_watch_client, args=(conn, done), daemon=True).start()
     smk = request["snakemake"]
@@ -101,9 +98,9 @@ def _serve_job(conn: socket.socket, request: dict[str, Any], number: int) -> int
     note = (f"[job-worker] ran in worker pid {os.getpid()} as its job {number} "
             f"({'a fresh worker' if number == 1 else 'imports, compiled functions and caches of earlier jobs reused'}), "
             f"{time.monotonic() - t0:.1f} s: {graphs:g} graphs compiled by torch.compile, "
-            f"{captures:g} CUDA graphs captured in {capture_s:.1f} s")
-    for log in list(getattr(smk, "log", []) or [])[:1]:
-        with open(log, "a", encoding="utf-8") as fh:
+            f"{captures:g} CUDA graphs captured in {capture_s:.1f} s; the worker's log: {log}")
+    for job_log in list(getattr(smk, "log", []) or [])[:1]:
+        with open(job_log, "a", encoding="utf-8") as fh:
             print(note, file=fh)
     done.set()
     send(conn, {"rc": rc, "console": console})

@@ -40,6 +40,7 @@ run() {  # name, extra snakemake args...
   echo "== $name: rc=$? end to end $((SECONDS - t)) s"
   jobs_summary; sed -n 5,7p figures/speedup_table.md 2>/dev/null
   tar czf "$OUT/logs_$name.tgz" logs figures/*.md 2>/dev/null
+  mkdir -p "$OUT/worker_logs_$name"; cp /tmp/bastion-worker-*/*.log "$OUT/worker_logs_$name/" 2>/dev/null
   cd "$SRC"
 }
 RUNS=${RUNS:-worker rerun noworker}
