@@ -27,6 +27,7 @@ either way; the job's log ends with a line naming the worker.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.util
 import json
@@ -82,18 +83,22 @@ def hand_off(smk: Any, script: str, device: str = "auto") -> None:
     name = f"gpu{slot.device}" if slot is not None and slot.index is not None else "cpu"
     parts = key_parts()
     path = socket_dir() / f"{_key(parts)}.sock"
+    request = {"script": os.path.realpath(script), "snakemake": smk, "cwd": os.getcwd(),
+               "slot": None if slot is None else slot.index}
+    reply = accepted = None
     try:
-        conn = _connect_or_start(path, name if name != "cpu" else None, parts)
+        for _ in range(2):  # a worker that went idle just as this job connected never takes it: start another
+            with _connect_or_start(path, name if name != "cpu" else None, parts) as conn:
+                send(conn, request)
+                accepted = recv(conn)
+                if accepted is not None:
+                    reply = recv(conn)
+                    break
     except WorkerStartError as exc:
         print(f"[job-worker] {exc}; the job runs in its own process", file=sys.stderr, flush=True)
         if slot is not None:
             slot.release()  # the script's own pinned() takes a slot again
         return
-    request = {"script": os.path.realpath(script), "snakemake": smk, "cwd": os.getcwd(),
-               "slot": None if slot is None else slot.index}
-    with conn:
-        send(conn, request)
-        reply = recv(conn)
     if reply is None:
         print(f"error: the job worker died during the job; its log: {path.with_suffix('.log')}", file=sys.stderr, flush=True)
         sys.exit(1)
@@ -138,8 +143,6 @@ def _connect(path: Path) -> socket.socket | None:
 
 
 def _connect_or_start(path: Path, gpu: str | None, parts: dict[str, Any]) -> socket.socket:
-    import fcntl
-
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one client starts the worker; the others wait and connect
         conn = _connect(path)
@@ -194,15 +197,19 @@ def alive(pid: int) -> bool:
 
 def send(conn: socket.socket, obj: Any) -> None:
     data = pickle.dumps(obj)
-    conn.sendall(_HEADER.pack(len(data)) + data)
+    try:
+        conn.sendall(_HEADER.pack(len(data)) + data)
+    except OSError:
+        pass  # the other side is gone: the next recv() says so
 
 
 def recv(conn: socket.socket) -> Any:
-    """The next message, or None when the other side closed the connection."""
-    head = _read(conn, _HEADER.size)
-    if head is None:
+    """The next message, or None when the other side closed or reset the connection."""
+    try:
+        head = _read(conn, _HEADER.size)
+        body = None if head is None else _read(conn, _HEADER.unpack(head)[0])
+    except OSError:
         return None
-    body = _read(conn, _HEADER.unpack(head)[0])
     return None if body is None else pickle.loads(body)
 
 

@@ -69,6 +69,7 @@ def serve(path: Path, idle_s: float, gpu: str | None = None) -> None:
     finally:
         if _still_ours(path, inode):
             path.unlink(missing_ok=True)  # the log stays: torch's TORCH_LOGS output goes there, not to the jobs' logs
+        srv.close()  # a job that connected just now is refused, and its client starts another worker
     print(f"[job-worker] {time.strftime('%H:%M:%S')} exiting after {jobs} job(s)", flush=True)
 
 
@@ -88,6 +89,7 @@ def _still_ours(path: Path, inode: int) -> bool:
 
 
 def _serve_job(conn: socket.socket, request: dict[str, Any], number: int, log: Path) -> int:
+    send(conn, {"accepted": os.getpid()})  # from here on the job is this worker's: a client that loses it fails
     done = threading.Event()
     threading.Thread(target=_watch_client, args=(conn, done), daemon=True).start()
     smk = request["snakemake"]

@@ -24,6 +24,16 @@ SCRIPT = '''
 import os, sys, time, types
 if "snakemake" not in globals():  # the client: what Snakemake's preamble would define
     snakemake = types.SimpleNamespace(config={"job_worker": True}, log=[sys.argv[1]], output=[sys.argv[2]], mode=sys.argv[3])
+    if snakemake.mode == "stale":  # a worker that goes idle as the job connects: it drops the job, never runs it
+        import socket, threading
+        from bastion.pipeline import worker
+        path = worker.socket_dir() / f"{worker._key()}.sock"
+        path.unlink(missing_ok=True)
+        old = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old.bind(str(path)); old.listen(1)
+        def drop():
+            conn, _ = old.accept(); path.unlink(); old.close(); conn.close()
+        threading.Thread(target=drop, daemon=True).start()
 from bastion.pipeline.worker import hand_off
 hand_off(snakemake, __file__, "cpu")
 from bastion.pipeline.joblog import job_log
@@ -103,6 +113,13 @@ def test_a_killed_client_ends_the_worker_before_the_job_writes(job):
     client.wait()
     assert _gone(job.pids[0])
     assert not (job.dir / "b.out").exists()
+
+
+def test_a_job_dropped_by_a_worker_going_idle_goes_to_a_new_worker(job):
+    res = job("a", "stale")
+    assert res.returncode == 0, res.stderr
+    pid, flag = (job.dir / "a.out").read_text().split()
+    assert flag == "1" and "ran in worker pid" in (job.dir / "a.log").read_text()
 
 
 def test_an_idle_worker_exits(job):
