@@ -100,7 +100,8 @@ def hand_off(smk: Any, script: str, device: str = "auto") -> None:
             slot.release()  # the script's own pinned() takes a slot again
         return
     if reply is None:
-        print(f"error: the job worker died during the job; its log: {path.with_suffix('.log')}", file=sys.stderr, flush=True)
+        what = "died during the job" if accepted is not None else "dropped the job twice"
+        print(f"error: the job worker {what}; its log: {path.with_suffix('.log')}", file=sys.stderr, flush=True)
         sys.exit(1)
     sys.stderr.write(reply["console"])
     sys.stderr.flush()
