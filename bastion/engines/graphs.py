@@ -68,9 +68,10 @@ class GraphRunner:
         with torch.cuda.graph(graph, pool=self._pool):
             fn()
         torch.cuda.synchronize(self.device)
-        self.capture_seconds += time.perf_counter() - t0
+        elapsed = time.perf_counter() - t0
+        self.capture_seconds += elapsed
         CAPTURES["count"] += 1
-        CAPTURES["seconds"] += time.perf_counter() - t0
+        CAPTURES["seconds"] += elapsed
         return graph
 
 
