@@ -80,7 +80,7 @@ def hand_off(smk: Any, script: str, device: str = "auto") -> None:
     if not wanted(smk.config.get("job_worker", "auto"), device):
         return
     slot = gpu_slots.acquire() if device != "cpu" else None
-    name = f"gpu{slot.device}" if slot is not None and slot.index is not None else "cpu"
+    gpu = f"gpu{slot.device}" if slot is not None and slot.index is not None else None  # names its pid file
     parts = key_parts()
     path = socket_dir() / f"{_key(parts)}.sock"
     request = {"script": os.path.realpath(script), "snakemake": smk, "cwd": os.getcwd(),
@@ -88,7 +88,7 @@ def hand_off(smk: Any, script: str, device: str = "auto") -> None:
     reply = accepted = None
     try:
         for _ in range(2):  # a worker that went idle just as this job connected never takes it: start another
-            with _connect_or_start(path, name if name != "cpu" else None, parts) as conn:
+            with _connect_or_start(path, gpu, parts) as conn:
                 send(conn, request)
                 accepted = recv(conn)
                 if accepted is not None:
