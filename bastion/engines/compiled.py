@@ -23,14 +23,30 @@ if TYPE_CHECKING:
     from bastion.engines.static_engine import StaticEngine
 
 
-def fuse(engine: StaticEngine) -> None:
-    """Turn a static engine into the compiled one, in place, before any graph is captured."""
-    cuda = engine.device.type == "cuda"
-    engine.fused = FusedLayers(engine.target, compile=cuda)
+def fuse(engine: StaticEngine, compile: bool | None = None) -> None:
+    """Turn a static engine into the compiled one, in place, before any graph is captured.
+
+    ``compile`` None: torch.compile on CUDA only.  True compiles on a CPU too, with
+    Inductor's C++ backend: how the tests and ``tools/compile_count.py`` see, without a
+    GPU, which graphs a GPU run compiles.
+    """
+    on = engine.device.type == "cuda" if compile is None else compile
+    engine.fused = FusedLayers(engine.target, compile=on)
     # BASTION_DRAFTER=module keeps the drafter's own layers (as the static engine runs them)
     if engine.drafter is not None and FusedDrafter.supports(engine.drafter) and os.environ.get("BASTION_DRAFTER") != "module":
-        engine.fused_drafter = FusedDrafter(engine.drafter, compile=cuda, layers=engine.fused)
-    if cuda:
-        engine.select = torch.compile(engine.select)
+        engine.fused_drafter = FusedDrafter(engine.drafter, compile=on, layers=engine.fused)
+    if on:  # dynamic from the start: a static first graph is recompiled at the first new size
+        engine.select = torch.compile(engine.select, dynamic=True)
         engine.build = torch.compile(engine.build, dynamic=True)
         engine.commit = torch.compile(engine.commit, dynamic=True)
+
+
+def compile_whole_draft(engine: StaticEngine) -> None:
+    """Compile the drafter's whole step (block, rotary, mask, every layer, the LM head) as one graph.
+
+    The layer functions stay compiled on their own too (the target shares two of them);
+    traced from here they are inlined, so Inductor can also fuse across layer boundaries
+    and the work around the layers.  Measured against the per-function form with
+    ``python -m benchmarks.tree_phase --drafters fused,whole``.
+    """
+    engine.draft = torch.compile(type(engine).draft.__get__(engine), dynamic=True)

@@ -116,7 +116,7 @@ class StaticDecoder:
             eng.draft_eagle3(eng.window(prompt_len), (feats[0], torch.cat([ids[0, 1:], first])))
         elif use_draft:  # the first draft takes in the whole prompt's features: one-off shape, eager
             eng.pend_count.fill_(prompt_len)
-            eng.draft(eng.window(prompt_len), feats)
+            eng.draft(eng.draft_window(prompt_len), feats)
         sync(device)
         t1 = time.perf_counter()
 
@@ -131,7 +131,8 @@ class StaticDecoder:
         while not done:
             ta = clock()
             if use_draft and not first_step:
-                kv_d = eng.window(c + self.block_size)  # the context grows by at most a block (a path) per step
+                # the context grows by at most a block (a path) per step
+                kv_d = eng.window(c + self.block_size) if drafted else eng.draft_window(c)
                 if drafted:
                     run(("eagle3", kv_d), lambda: eng.draft_eagle3(kv_d))
                 else:
@@ -164,14 +165,20 @@ class StaticDecoder:
             first_step = False
             kv = eng.window(c + n)
             if not drafted:  # a drafted tree is in the tree buffers already
-                run(("build", spec.ranked, n, eng.topk), lambda: eng.build(spec.ranked, n))
+                if n == 1:  # AR's step (or a one-node budget): the root alone, never compiled
+                    run(("build_root",), eng.build_root)
+                else:
+                    run(("build", spec.ranked, n, eng.topk), lambda: eng.build(spec.ranked, n))
             tc = clock()
             run(("verify", n, kv, greedy, taps), lambda: eng.verify(n, kv, greedy, taps))
             td = clock()
             if not greedy:  # sampling stays eager: the caller's generator drives it
                 eng.proposals[:n].copy_(propose(eng.logits_buffer()[:n], temperature, generator))
             te = clock()
-            run(("commit", n, taps), lambda: eng.commit(n, taps), writes=eng.state())
+            if n == 1 and not taps:
+                run(("commit_root",), eng.commit_root, writes=eng.state())
+            else:
+                run(("commit", n, taps), lambda: eng.commit(n, taps), writes=eng.state())
             tf = clock()
             pending = StepStats(0, n, c, 0.0, 0.0, 0.0, 0.0, 0.0)
             marks.append((pending, (ta, tb, tc, td, te, tf)))

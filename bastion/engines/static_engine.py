@@ -15,7 +15,9 @@ vector.  A step is six functions, each captured per shape key by :class:`GraphRu
     commit  (n)               acceptance walk, KV compaction, next root, readback
 
 EAGLE-3's head drafts its tree in one step function instead of the first four,
-``draft_eagle3`` (kv window) in :mod:`bastion.engines.static_eagle3`.
+``draft_eagle3`` (kv window) in :mod:`bastion.engines.static_eagle3`.  AR's one-node
+tree has its own build and commit (``build_root``, ``commit_root``), a few writes that
+are never compiled.
 
 None of them reads a device value on the host, so a step has one host synchronisation:
 the decoder's read of the readback vector (the previous step's tokens and this step's
@@ -30,7 +32,7 @@ import torch
 from bastion.defaults import TOPK_LIMIT
 from bastion.engines import compiled, prefill_memo, static_attention, static_eagle3
 from bastion.engines.graphs import GraphRunner, read_to_host
-from bastion.engines.kernels import row_argmax
+from bastion.engines.kernels import argmax_chunks, row_argmax
 from bastion.engines.rule_count import RuleCount
 from bastion.engines.static_cache import (
     ContextTooLongError,
@@ -135,6 +137,7 @@ class StaticEngine:
             self.pend = torch.zeros(1, b, feat_dim, dtype=self.dtype, device=dev)  # accepted nodes' features
             self.pend_count = torch.zeros((), **long)
             self.draft_out = torch.zeros(b - 1, int(self.target.lm_head.weight.shape[0]), dtype=self.dtype, device=dev)
+            self.argmax_chunks = argmax_chunks(self.draft_out.shape[1])  # a constant for the compiled build
             # each depth's top-k (k <= 128, the policy's cap); graphs use the [:, :k] view
             self.logq_all = torch.zeros(b - 1, TOPK_LIMIT, dtype=torch.float32, device=dev)
             self.top_tok_all = torch.zeros(b - 1, TOPK_LIMIT, **long)
@@ -195,11 +198,24 @@ class StaticEngine:
         block = self.block_ids.clone()
         block[0] = self.root
         pos = self.length + self.arange[:b]
-        live = self.arange[:kv] < self.length  # the context the drafter may see
-        mask = torch.cat([live, live.new_ones(b)])[None, None, None, :].expand(1, 1, b, kv + b)
+        if self.fused_drafter is not None:  # the block's K/V go into the window, at its positions
+            seen = self.arange[:kv] < self.length + b  # the live context, then the block
+            mask = seen[None, None, None, :].expand(1, 1, b, kv)
+        else:  # the module appends the block's K/V after the window
+            live = self.arange[:kv] < self.length  # the context the drafter may see
+            mask = torch.cat([live, live.new_ones(b)])[None, None, None, :].expand(1, 1, b, kv + b)
         h = (self.fused_drafter or d)(self.target.embed(block[None]), pos[None], feats, self.dcache.write_index[None],
                                       mask, self.dcache)
         return self.target.logits(h[0, 1:])
+
+    def draft_window(self, committed: int) -> int:
+        """The drafter's attention window when the host has read ``committed`` tokens.
+
+        The device may be a block ahead (the step whose tokens the host has not read yet),
+        and the fused drafter's block sits in the window after the live context.
+        """
+        ahead = 2 * self.block if self.fused_drafter is not None else self.block
+        return self.window(committed + ahead)
 
     def draft_eagle3(self, kv: int, prompt: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
         """EAGLE-3's tree into the tree buffers, the head's window ``kv``; ``prompt``: the first draft's pairs."""
@@ -207,7 +223,8 @@ class StaticEngine:
 
     def select(self, temperature: float) -> None:
         """Each depth's top-k draft log-probabilities at the sampling temperature (1 for greedy)."""
-        logq, tok = draft_topk(self.draft_out, temperature, self.topk)
+        # the width as the view's size, not the int: compiled with dynamic shapes, one graph serves every width
+        logq, tok = draft_topk(self.draft_out, temperature, self.logq.shape[1])
         self.logq.copy_(logq)
         self.top_tok.copy_(tok)
 
@@ -232,7 +249,8 @@ class StaticEngine:
             tree = paths_tree(self.root, self.top_tok, self.paths["depth"], self.paths["local"], self.paths["par_local"],
                               self.paths["rank"], n, self.n_max)
         else:  # the drafter's greedy block after the root (DFlash), or the root alone (AR: maybe no drafter)
-            tree = chain_tree(self.root, row_argmax(self.draft_out[: n - 1]) if n > 1 else self.root.new_empty(0))
+            tree = chain_tree(self.root, row_argmax(self.draft_out[: n - 1], self.argmax_chunks) if n > 1
+                              else self.root.new_empty(0))
         self.tree_tokens[:n].copy_(tree.tokens)
         self.tree_parents[:n].copy_(tree.parents)
         self.tree_depths[:n].copy_(tree.depths)
@@ -296,6 +314,30 @@ class StaticEngine:
         self.readback[-1:].copy_(bonus)
         self.root.copy_(bonus[0])
         self.length.add_(count + 1)
+
+    def build_root(self) -> None:
+        """:meth:`build` of the one-node tree (AR's step), without compiling a graph for it.
+
+        Four tiny writes, run as they are inside the step's CUDA graph: compiled, ``build``
+        specialises on n == 1, a graph that only decoding needs and that cost the first
+        decode job of a warm worker its own compilation.
+        """
+        self.tree_tokens[:1].copy_(self.root.view(1))
+        self.tree_parents[:1].fill_(-1)
+        self.tree_depths[:1].zero_()
+        self.tree_anc[:1, :1].fill_(True)
+
+    def commit_root(self) -> None:
+        """:meth:`commit` of the one-node tree, untapped (AR's step), without compiling a graph for it.
+
+        The root's proposal is the next token, nothing is accepted from a draft, and the
+        root's K/V already sit at the committed length, so nothing moves.
+        """
+        bonus = self.proposals[:1]
+        self.readback[0].zero_()
+        self.readback[-1:].copy_(bonus)
+        self.root.copy_(bonus[0])
+        self.length.add_(1)
 
     def read_back(self) -> list[int]:
         """The readback vector on the host: waits for every step function launched so far."""

@@ -14,6 +14,7 @@ import torch
 from bastion.engines.eager import EagerDecoder
 from bastion.engines.fused_drafter import FusedDrafter
 from bastion.engines.static_decoder import StaticDecoder
+from bastion.engines.static_cache import StaticContextKV
 from bastion.engines.static_engine import StaticEngine
 from bastion.models.target import Target
 from dflash.model import ContextKVCache
@@ -43,7 +44,11 @@ def test_fused_drafter_states_equal_the_module(family, block, device):
     tol = 1e-5 if device == "cpu" else 1e-3
     feat_dim = len(reference.target_layer_ids) * model.config.hidden_size
     g = torch.Generator().manual_seed(6)
-    caches = ContextKVCache(len(reference.layers)), ContextKVCache(len(reference.layers))
+    module_cache = ContextKVCache(len(reference.layers))
+    attn = reference.layers[0].self_attn
+    static = StaticContextKV(len(reference.layers), attn.num_kv_heads, attn.head_dim, 64, torch.float32,
+                             torch.device(device))
+    static.kv.normal_()  # stale entries everywhere: the block must overwrite its slots, the mask hide the rest
     length = 0
     for new in (7, 3, block, 1):  # the first draft's prompt, then accepted runs of several lengths
         feats = torch.randn(1, new, feat_dim, generator=g).to(device)
@@ -53,13 +58,17 @@ def test_fused_drafter_states_equal_the_module(family, block, device):
         mask = torch.rand(1, 1, block, length + new + block, generator=g) < 0.8
         mask[..., length + new:] = True  # the block always sees itself
         mask = mask.to(device)
-        want = reference(block_embeds, blk_pos, feats, ctx_pos, mask, caches[0])
-        got = fused(block_embeds, blk_pos, feats, ctx_pos, mask, caches[1])
+        want = reference(block_embeds, blk_pos, feats, ctx_pos, mask, module_cache)
+        # the static cache's window holds the context, then the block at its positions, then stale slots
+        window = length + new + block + 5
+        static.kv_len = window
+        padded = torch.cat([mask, mask.new_zeros(1, 1, block, 5)], dim=-1)
+        got = fused(block_embeds, blk_pos, feats, ctx_pos, padded, static)
         torch.testing.assert_close(got, want, rtol=tol, atol=tol)
         length += new
-        assert caches[0].length == caches[1].length == length
+        assert module_cache.length == length
     for layer in range(len(reference.layers)):
-        for a, b in ((caches[1]._k[layer], caches[0]._k[layer]), (caches[1]._v[layer], caches[0]._v[layer])):
+        for a, b in ((static.kv[layer, 0], module_cache._k[layer]), (static.kv[layer, 1], module_cache._v[layer])):
             torch.testing.assert_close(a[:, :, :length], b[:, :, :length], rtol=tol, atol=tol)
 
 

@@ -344,3 +344,18 @@ def test_prefill_memo_restores_exactly_and_only_what_it_kept():
     starved.memo.limit = 0  # nothing fits: every prefill is a forward
     runs = [StaticDecoder(starved, "dflash").generate(prompts[0], 8) for _ in range(2)]
     assert [r.prefill_reused for r in runs] == [False, False] and runs[0].output_ids == runs[1].output_ids
+
+
+def test_build_traces_as_one_graph_for_every_tree_kind():
+    """Compiled ``build`` must not break its graph (a break adds frames, compiled in the first decode job)."""
+    model = tiny_target("qwen3", seed=11, scale=3.0)
+    target = Target(model)
+    engine = StaticEngine(target, tiny_drafter(model, block_size=6, seed=3), max_context=64, n_max=16)
+    engine.draft_out.normal_()
+    want = engine.draft_out[:5].argmax(dim=-1)
+    build = torch.compile(engine.build, backend="eager", fullgraph=True, dynamic=True)  # fullgraph: a break raises
+    build(False, 6)
+    assert torch.equal(engine.tree_tokens[1:6], want)
+    engine.root.fill_(9)
+    engine.build_root()
+    assert engine.tree_tokens[0] == 9 and engine.tree_depths[0] == 0 and bool(engine.tree_anc[0, 0])
