@@ -19,7 +19,6 @@ from pathlib import Path
 import torch
 
 from bastion.calibration.peaks import measure_peaks
-from bastion.engines.compiled import compile_whole_draft
 from bastion.engines.graphs import GraphRunner
 from bastion.engines.static_attention import grouped_attention
 from bastion.engines.static_decoder import StaticDecoder
@@ -326,9 +325,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sections", default="phases,variants,attention,ar,overhead")
     ap.add_argument("--out", default="results/tree_phase")
     ap.add_argument("--drafters", default="fused",
-                    help="comma list: 'fused' (the compiled engine's drafter functions), 'whole' (those "
-                         "functions inside one compiled drafter step), 'plain' (the drafter module); the "
-                         "sections run once for each, after a 'drafter' row")
+                    help="comma list: 'fused' (the compiled engine's drafter functions), 'plain' (the drafter "
+                         "module); the sections run once for each, after a 'drafter' row")
     args = ap.parse_args(argv)
     out, sections = Path(args.out), args.sections.split(",")
     rep = Report(out)
@@ -344,12 +342,9 @@ def main(argv=None) -> int:
     rep.add("setup", {"gpu": torch.cuda.get_device_name() if gpu else "cpu", "torch": torch.__version__, "build_s": round(time.perf_counter() - t0, 1)})
     fused_drafter = engine.fused_drafter
     for mode in args.drafters.split(","):
-        if mode not in ("fused", "plain", "whole"):
-            raise SystemExit(f"--drafters: unknown mode {mode!r}; use fused, whole and/or plain")
-        engine.fused_drafter = None if mode == "plain" else fused_drafter
-        engine.__dict__.pop("draft", None)  # the method, not a previous mode's compiled step
-        if mode == "whole":
-            compile_whole_draft(engine)
+        if mode not in ("fused", "plain"):
+            raise SystemExit(f"--drafters: unknown mode {mode!r}; use fused and/or plain")
+        engine.fused_drafter = fused_drafter if mode == "fused" else None
         engine.runner = GraphRunner(device, enabled=True)  # no graph captured with the other drafter
         rep.add("drafter", {"mode": mode})
         for sec in sections:

@@ -40,13 +40,3 @@ def fuse(engine: StaticEngine, compile: bool | None = None) -> None:
         engine.build = torch.compile(engine.build, dynamic=True)
         engine.commit = torch.compile(engine.commit, dynamic=True)
 
-
-def compile_whole_draft(engine: StaticEngine) -> None:
-    """Compile the drafter's whole step (block, rotary, mask, every layer, the LM head) as one graph.
-
-    The layer functions stay compiled on their own too (the target shares two of them);
-    traced from here they are inlined, so Inductor can also fuse across layer boundaries
-    and the work around the layers.  Measured against the per-function form with
-    ``python -m benchmarks.tree_phase --drafters fused,whole``.
-    """
-    engine.draft = torch.compile(type(engine).draft.__get__(engine), dynamic=True)
