@@ -13,8 +13,8 @@ import torch
 
 from bastion.engines.eager import EagerDecoder
 from bastion.engines.fused_drafter import FusedDrafter
-from bastion.engines.static_decoder import StaticDecoder
 from bastion.engines.static_cache import StaticContextKV
+from bastion.engines.static_decoder import StaticDecoder
 from bastion.engines.static_engine import StaticEngine
 from bastion.models.target import Target
 from dflash.model import ContextKVCache
