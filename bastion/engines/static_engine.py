@@ -29,16 +29,17 @@ from __future__ import annotations
 
 import torch
 
-from bastion.defaults import TOPK_LIMIT
-from bastion.engines import compiled, prefill_memo, static_attention, static_eagle3
-from bastion.engines.graphs import GraphRunner, read_to_host
-from bastion.engines.kernels import argmax_chunks, row_argmax
-from bastion.engines.rule_count import RuleCount
-from bastion.engines.static_cache import (
-    ContextTooLongError,
-    StaticContextKV,
-    StaticKVCache,
+from bastion.engines import (
+    compiled,
+    prefill_memo,
+    static_attention,
+    static_dflash,
+    static_eagle3,
 )
+from bastion.engines.graphs import GraphRunner, read_to_host
+from bastion.engines.kernels import row_argmax
+from bastion.engines.rule_count import RuleCount
+from bastion.engines.static_cache import ContextTooLongError, StaticKVCache
 from bastion.engines.static_layers import FusedLayers
 from bastion.models.eagle3 import Eagle3Drafter
 from bastion.models.target import Target
@@ -127,24 +128,7 @@ class StaticEngine:
         self.logits: torch.Tensor | None = None  # [n_max, V], made on the first T > 0 step
         self.arange = torch.arange(max(n, self.capacity), **long)
         if self.drafter is not None:
-            d = self.drafter
-            dcfg = d.config.layers
-            d_head = int(getattr(dcfg, "head_dim", None) or dcfg.hidden_size // dcfg.num_attention_heads)
-            self.dcache = StaticContextKV(d.config.num_hidden_layers, int(dcfg.num_key_value_heads), d_head,
-                                          self.capacity, self.dtype, dev)
-            feat_dim = len(d.target_layer_ids) * int(cfg.hidden_size)
-            self.features = torch.zeros(n, feat_dim, dtype=self.dtype, device=dev)  # verifier's tapped states
-            self.pend = torch.zeros(1, b, feat_dim, dtype=self.dtype, device=dev)  # accepted nodes' features
-            self.pend_count = torch.zeros((), **long)
-            self.draft_out = torch.zeros(b - 1, int(self.target.lm_head.weight.shape[0]), dtype=self.dtype, device=dev)
-            self.argmax_chunks = argmax_chunks(self.draft_out.shape[1])  # a constant for the compiled build
-            # each depth's top-k (k <= 128, the policy's cap); graphs use the [:, :k] view
-            self.logq_all = torch.zeros(b - 1, TOPK_LIMIT, dtype=torch.float32, device=dev)
-            self.top_tok_all = torch.zeros(b - 1, TOPK_LIMIT, **long)
-            self.set_topk(1)
-            m = max(n - 1, 1)
-            self.paths = {k: torch.zeros(m, **long) for k in ("depth", "local", "par_local", "rank")}
-            self.block_ids = torch.full((b,), int(d.mask_token_id), **long)
+            static_dflash.allocate(self, n)
         if self.eagle3 is not None:
             static_eagle3.allocate(self, n, rw)
 
@@ -191,31 +175,11 @@ class StaticEngine:
 
     def draft_logits(self, kv: int, feats: torch.Tensor) -> torch.Tensor:
         """Draft logits [b - 1, V] for depths 1..b-1 (the drafter's K/V window is ``kv``)."""
-        d, b, w = self.drafter, self.block, feats.shape[1]
-        start = self.length - self.pend_count  # first new context position
-        self.dcache.write_index = start + self.arange[:w]
-        self.dcache.kv_len = kv
-        block = self.block_ids.clone()
-        block[0] = self.root
-        pos = self.length + self.arange[:b]
-        if self.fused_drafter is not None:  # the block's K/V go into the window, at its positions
-            seen = self.arange[:kv] < self.length + b  # the live context, then the block
-            mask = seen[None, None, None, :].expand(1, 1, b, kv)
-        else:  # the module appends the block's K/V after the window
-            live = self.arange[:kv] < self.length  # the context the drafter may see
-            mask = torch.cat([live, live.new_ones(b)])[None, None, None, :].expand(1, 1, b, kv + b)
-        h = (self.fused_drafter or d)(self.target.embed(block[None]), pos[None], feats, self.dcache.write_index[None],
-                                      mask, self.dcache)
-        return self.target.logits(h[0, 1:])
+        return static_dflash.draft_logits(self, kv, feats)
 
     def draft_window(self, committed: int) -> int:
-        """The drafter's attention window when the host has read ``committed`` tokens.
-
-        The device may be a block ahead (the step whose tokens the host has not read yet),
-        and the fused drafter's block sits in the window after the live context.
-        """
-        ahead = 2 * self.block if self.fused_drafter is not None else self.block
-        return self.window(committed + ahead)
+        """The drafter's attention window when the host has read ``committed`` tokens."""
+        return static_dflash.window(self, committed)
 
     def draft_eagle3(self, kv: int, prompt: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
         """EAGLE-3's tree into the tree buffers, the head's window ``kv``; ``prompt``: the first draft's pairs."""
@@ -316,23 +280,16 @@ class StaticEngine:
         self.length.add_(count + 1)
 
     def build_root(self) -> None:
-        """:meth:`build` of the one-node tree (AR's step), without compiling a graph for it.
-
-        Four tiny writes, run as they are inside the step's CUDA graph: compiled, ``build``
-        specialises on n == 1, a graph that only decoding needs and that cost the first
-        decode job of a warm worker its own compilation.
-        """
+        """:meth:`build` of AR's one-node tree: four tiny writes, never compiled (a compiled
+        ``build`` specialises on n == 1, a graph that the first decode job of a warm worker paid for)."""
         self.tree_tokens[:1].copy_(self.root.view(1))
         self.tree_parents[:1].fill_(-1)
         self.tree_depths[:1].zero_()
         self.tree_anc[:1, :1].fill_(True)
 
     def commit_root(self) -> None:
-        """:meth:`commit` of the one-node tree, untapped (AR's step), without compiling a graph for it.
-
-        The root's proposal is the next token, nothing is accepted from a draft, and the
-        root's K/V already sit at the committed length, so nothing moves.
-        """
+        """:meth:`commit` of AR's untapped one-node tree, never compiled: the root's proposal is
+        the next token, and the root's K/V already sit at the committed length, so nothing moves."""
         bonus = self.proposals[:1]
         self.readback[0].zero_()
         self.readback[-1:].copy_(bonus)
