@@ -27,7 +27,7 @@ def fuse(engine: StaticEngine, compile: bool | None = None) -> None:
     """Turn a static engine into the compiled one, in place, before any graph is captured.
 
     ``compile`` None: torch.compile on CUDA only.  True compiles on a CPU too, with
-    Inductor's C++ backend: how the tests and ``tools/compile_count.py`` see, without a
+    Inductor's C++ backend: how the tests and ``benchmarks/compile_count.py`` see, without a
     GPU, which graphs a GPU run compiles.
     """
     on = engine.device.type == "cuda" if compile is None else compile
