@@ -39,4 +39,3 @@ def fuse(engine: StaticEngine, compile: bool | None = None) -> None:
         engine.select = torch.compile(engine.select, dynamic=True)
         engine.build = torch.compile(engine.build, dynamic=True)
         engine.commit = torch.compile(engine.commit, dynamic=True)
-
