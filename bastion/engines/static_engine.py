@@ -208,13 +208,12 @@ class StaticEngine:
         return got
 
     def build(self, ranked: bool, n: int) -> None:
-        """Compile the ``n``-node tree into the tree buffers: ranked paths (BASTION) or a chain."""
+        """Compile the ``n``-node tree (n > 1) into the tree buffers: ranked paths (BASTION) or a chain."""
         if ranked:
             tree = paths_tree(self.root, self.top_tok, self.paths["depth"], self.paths["local"], self.paths["par_local"],
                               self.paths["rank"], n, self.n_max)
-        else:  # the drafter's greedy block after the root (DFlash), or the root alone (AR: maybe no drafter)
-            tree = chain_tree(self.root, row_argmax(self.draft_out[: n - 1], self.argmax_chunks) if n > 1
-                              else self.root.new_empty(0))
+        else:  # the drafter's greedy block after the root (DFlash); AR's root alone is build_root
+            tree = chain_tree(self.root, row_argmax(self.draft_out[: n - 1], self.argmax_chunks))
         self.tree_tokens[:n].copy_(tree.tokens)
         self.tree_parents[:n].copy_(tree.parents)
         self.tree_depths[:n].copy_(tree.depths)
