@@ -28,6 +28,7 @@ reuse its tree, acceptance and cost-curve code.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from bastion.engines import (
     compiled,
@@ -262,18 +263,19 @@ class StaticEngine:
         tree = Tree(self.tree_tokens[:n], self.tree_parents[:n], self.tree_depths[:n], self.tree_anc[:n, :n])
         proposals = self.proposals[:n]
         order, count = accept(tree, proposals)
-        w = min(n, self.read_width)
-        keep = order[:w]
+        # always read_width entries (past n: the root's, never read), so no graph asks n <= read_width:
+        # DFlash's 16-node chain and BASTION's larger trees share this function's graph
+        rw = self.read_width
+        keep = F.pad(order, (0, rw))[:rw]
         self.cache.keep(self.length, keep)
         if features == "eagle3":  # the head's next pairs; the host slices them by the count it reads
-            self.e3_pend[:w].copy_(self.e3_features.index_select(0, keep))
+            self.e3_pend[:rw].copy_(self.e3_features.index_select(0, keep))
         elif features:
-            wb = min(n, b)
-            self.pend[0, :wb].copy_(self.features.index_select(0, keep[:wb]))
+            self.pend[0, :b].copy_(self.features.index_select(0, keep[:b]))
             self.pend_count.copy_(count + 1)
         bonus = proposals[order.gather(0, count.view(1))]  # [1]
         self.readback[0].copy_(count)
-        self.readback[2 : 1 + w].copy_(tree.tokens[order[1:w]])
+        self.readback[2 : 1 + rw].copy_(tree.tokens[keep[1:]])
         self.readback[-1:].copy_(bonus)
         self.root.copy_(bonus[0])
         self.length.add_(count + 1)

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# One H200 call (device tool, writes into $OUT), session 15: AR's one-token layer calls on
+# the tree graphs (traced size-obliviously) and one commit graph for DFlash and BASTION.
+# PARTS picks (default "E Q T"): E, the tiny experiment end to end with the job worker,
+# cold, then its decode job forced again with the worker warm (worker_e2e.sh); Q, outputs
+# equal AR's in fp32 on the compiled engine, both offline sets; T, the Qwen3-8B-shaped
+# phases, 32-node/DFlash steps and AR (benchmarks.tree_phase).
+# Needs the wheels in .whl (carry .whl).
+set -uo pipefail
+OUT=${OUT:-$PWD/gpu_out}; mkdir -p "$OUT"
+PARTS=${PARTS:-E Q T}
+[[ " $PARTS " == *" E "* ]] && { RUNS=${RUNS:-worker rerun} OUT=$OUT bash tools/gpu/worker_e2e.sh; }
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+[[ " $PARTS " == *" Q "* ]] && for ds in stdlib-heldout humaneval-pkg; do
+  timeout ${EQ_LIMIT:-100} python3 -m bastion.benchmark --model tiny --dataset $ds --max-samples 8 --max-new-tokens 128 \
+    --methods ar,eagle3,dflash,bastion --budget 32 --dtype float32 --engine compiled --output "$OUT/eq_$ds.jsonl" > "$OUT/eq_$ds.log" 2>&1
+  echo "== equality $ds rc=$?"; python3 tools/gpu/same_as_ar.py "$OUT/eq_$ds.jsonl"
+done
+[[ " $PARTS " == *" T "* ]] && {
+timeout ${TP_LIMIT:-220} python3 -m benchmarks.tree_phase --shape qwen3-8b --contexts 512,4096 --nodes 32 \
+  --sections ${SECTIONS:-phases,overhead,ar} --drafters fused --out "$OUT/tp" > "$OUT/tp.log" 2>&1
+echo "== tree_phase rc=$?"
+python3 tools/gpu/tree_phase_summary.py "$OUT/tp.log"; }
