@@ -22,3 +22,5 @@ timeout ${TP_LIMIT:-220} python3 -m benchmarks.tree_phase --shape qwen3-8b --con
   --sections ${SECTIONS:-phases,overhead,ar} --drafters fused --out "$OUT/tp" > "$OUT/tp.log" 2>&1
 echo "== tree_phase rc=$?"
 python3 tools/gpu/tree_phase_summary.py "$OUT/tp.log"; }
+# the device returns at most 8 files: everything in one archive
+(cd "$OUT" && tar czf /tmp/session15_out.tgz --exclude=session15_out.tgz . && find . -mindepth 1 -delete && mv /tmp/session15_out.tgz .)

@@ -23,13 +23,13 @@ def main(path: str) -> None:
             if row["graph"].startswith(("('draft'", "('verify'")) and row["method"] in ("bastion", "ar"):
                 for k in row.get("top", []):
                     print(f"         {k['us']:8.1f} us x{k['count']:<4} {k['kernel'][:80]}")
-        elif sec == "overhead":
+        elif sec == "overhead" and "context" in row:
             labels = {"t_draft_ms": "draft(sync)", "t_draft_ms_events": "draft", "t_tree_ms_events": "tree",
                       "t_verify_ms_events": "verify", "overhead_ms_events": "other", "step_ms_events": "step",
                       "step_ms_no_sync": "step(untimed)"}
             vals = " ".join(f"{name}={row.get(key, float('nan')):.3f}" for key, name in labels.items())
             print(f"{mode:6} c={row['context']:5} {row['method']:8} n={row['nodes']:4} {vals}")
-        elif sec == "errors":
+        else:  # errors, the AR section and anything else: as logged
             print(f"{mode:6} {sec}: {row}")
 
 
