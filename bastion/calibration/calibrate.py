@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from bastion.calibration.grid import MAX_HELDOUT_MAPE, Grid, gated_fit, probe_grid
-from bastion.calibration.overheads import describe_overheads, profile_overheads
+from bastion.calibration.overheads import describe_baselines, describe_overheads, profile_baselines, profile_overheads
 from bastion.calibration.peaks import measure_peaks
 from bastion.calibration.store import Calibration
 from bastion.costmodel.roofline import ModelShape
@@ -83,6 +83,9 @@ def calibrate(
                                   probe_prompt(target.config.vocab_size, seed), temperature=temperature,
                                   cost_model=model_obj)
     log(f"[calibrate] {describe_overheads(overheads)}")
+    baselines = profile_baselines(lambda m: engine.decoder(m), probe_prompt(target.config.vocab_size, seed),
+                                  temperature=temperature)
+    log(f"[calibrate] {describe_baselines(baselines)}")
     return Calibration(
         model=model,
         fingerprint=fingerprint,
@@ -93,4 +96,5 @@ def calibrate(
         points=rows,
         seconds=time.perf_counter() - t0,
         temperature=float(temperature),
+        baselines=baselines,
     )

@@ -45,6 +45,43 @@ def profile_overheads(decoder_for: Callable[[int], Decoder], budgets: Sequence[i
     return StepOverheads(t_draft=draft, t_other=other, excess=tuple(knots))
 
 
+BASELINES = ("ar", "dflash")  # the methods BASTION's speedup is divided by and compared with
+
+
+def profile_baselines(decoder_for: Callable[[str], Decoder], prompt_ids: Sequence[int], steps: int = 24,
+                      temperature: float = 0.0) -> dict[str, float]:
+    """Seconds per decode step of AR and DFlash on the probe prompt: this hardware's reference step costs.
+
+    The budget rule does not read them.  They say what the speedups are made of (an AR step
+    is C(1) plus a little; a DFlash step is T_draft plus C(block)) and are the inputs of a
+    projection from published τ.  Measuring them here also compiles every graph these two
+    methods replay, once per (hardware, model), so a decode job finds them ready: in memory
+    in a warm job worker, in Inductor's cache elsewhere (the first decode job of a worker
+    compiled AR's one-token layer graphs, 1.3-5 s each on the H200, docs/performance.md).
+    Each is the faster of two untimed runs after a warm-up, the run's decode time over its steps.
+    """
+    out: dict[str, float] = {}
+    for method in BASELINES:
+        dec = decoder_for(method)
+        best = float("inf")
+        for i in range(3):  # the first run warms up (graphs, caches)
+            gen = torch.Generator(device=dec.target.device).manual_seed(0)
+            res = dec.generate(prompt_ids, max_new_tokens=steps, temperature=temperature, generator=gen)
+            if i and res.steps:
+                best = min(best, res.decode_seconds / len(res.steps))
+        if best == float("inf"):
+            raise CalibrationError(f"the {method} baseline run produced no step; use a longer probe")
+        out[method] = best
+    return out
+
+
+def describe_baselines(baselines: dict[str, float]) -> str:
+    """One log line: the baselines' seconds per step, in ms."""
+    names = {"ar": "AR", "dflash": "DFlash"}
+    return "baseline steps " + (", ".join(f"{names.get(m, m)} {t * 1e3:.3f} ms" for m, t in baselines.items())
+                                or "not measured")
+
+
 def describe_overheads(ov: StepOverheads) -> str:
     """One log line: T_draft, T_other and the excess at each probed size."""
     knots = ", ".join(f"{n}: {t * 1e3:.3f}" for n, t in ov.excess) or "not measured"

@@ -21,7 +21,7 @@ import torch
 from bastion.calibration import fingerprint, hardware
 from bastion.calibration.calibrate import overhead_budgets, probe_prompt
 from bastion.calibration.grid import MAX_HELDOUT_MAPE, Grid, gated_fit, probe_grid
-from bastion.calibration.overheads import profile_overheads
+from bastion.calibration.overheads import profile_baselines, profile_overheads
 from bastion.calibration.peaks import measure_peaks
 from bastion.calibration.store import Calibration, CalibrationError, write_json_atomic
 from bastion.costmodel.model import CostModel
@@ -115,6 +115,7 @@ def profile_constants(out: str, model_name: str, model_json: str, latency_json: 
     temperature = float(lat.get("temperature", 0.0))
     overheads = profile_overheads(lambda n: eng.decoder("bastion", TreePolicy(n_min=n_min, budget=n)), budgets, probe,
                                   temperature=temperature, cost_model=cost)
+    baselines = profile_baselines(lambda m: eng.decoder(m), probe, temperature=temperature)
     cal = Calibration(
         model=model_name,
         fingerprint=fp_now,
@@ -124,6 +125,7 @@ def profile_constants(out: str, model_name: str, model_json: str, latency_json: 
         grid=lat["grid"],
         points=lat["points"],
         temperature=temperature,
+        baselines=baselines,
     )
     cal.save(out)
     return cal

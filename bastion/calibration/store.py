@@ -36,6 +36,8 @@ class Calibration:
     points: list[dict[str, float]] = field(default_factory=list)
     seconds: float = 0.0
     temperature: float = 0.0  # the sampling temperature it was measured at (0: greedy probes and overheads)
+    # seconds per step of AR and DFlash on the probe prompt (profile_baselines); empty in older files
+    baselines: dict[str, float] = field(default_factory=dict)
 
     @property
     def sampled(self) -> bool:
@@ -68,6 +70,7 @@ class Calibration:
             "points": self.points,
             "seconds": self.seconds,
             "temperature": self.temperature,
+            "baselines": self.baselines,
         }
 
     @classmethod
@@ -95,6 +98,7 @@ class Calibration:
                 points=d["points"],
                 seconds=d.get("seconds", 0.0),
                 temperature=float(d.get("temperature", 0.0)),
+                baselines={str(k): float(v) for k, v in d.get("baselines", {}).items()},
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CalibrationError(f"{where} is malformed ({type(exc).__name__}: {exc}); {fix}") from None

@@ -45,12 +45,7 @@ def grouped_attention(query, key, value, mask, scale: float, matmul_rows: int = 
     else:
         rows = mask[:, :, None].expand(b, 1, g, s, kv_len).reshape(b, 1, g * s, kv_len)
         out = F.scaled_dot_product_attention(q, key, value, attn_mask=rows, scale=scale)  # [1, Hkv, g*s, D]
-    # [1, Hkv, g, s, D] -> [1, s, Hkv, g, D] copied dense, then the heads merged (a view of a
-    # dense tensor): no contiguity question about s, so no s == 1 guard (see static_layers.dense)
-    out = out.view(b, hkv, g, s, d).permute(0, 3, 1, 2, 4)
-    dense = out.new_empty(out.shape)
-    dense.copy_(out)
-    return dense.flatten(2, 3)
+    return out.reshape(b, hq, s, d).transpose(1, 2).contiguous()
 
 
 def grouped_tree_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):

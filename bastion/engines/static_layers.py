@@ -19,10 +19,9 @@ static engine (``fused=True``) and not its default.
 from __future__ import annotations
 
 import functools
-from typing import Callable, Mapping, Sequence
+from typing import Callable
 
 import torch
-import torch.fx.experimental._config as shape_config
 import torch.nn.functional as F
 from torch import nn
 
@@ -61,30 +60,15 @@ def pre_attention(x, ln, wqkv, qn, kn, cos, sin, kv, index, eps: float, head_dim
     """
     b, s, _ = x.shape
     h = _rms(x, ln, eps)
-    # heads split off the contiguous product, then sliced: no view of a strided tensor, whose
-    # stride reasoning would guard on s != 1 and cost AR's single token a graph of its own
-    qkv = F.linear(h, wqkv).view(b, s, wqkv.shape[0] // head_dim, head_dim)  # [1, s, Hq + 2 Hkv, D]
-    kv_heads = kv_width // head_dim
-    q, k, v = qkv[:, :, : -2 * kv_heads], qkv[:, :, -2 * kv_heads : -kv_heads], qkv[:, :, -kv_heads:]
+    q, k, v = F.linear(h, wqkv).split([wqkv.shape[0] - 2 * kv_width, kv_width, kv_width], dim=-1)
+    q, k, v = (t.reshape(b, s, -1, head_dim) for t in (q, k, v))
     if qn is not None:
         q, k = _rms(q, qn, eps), _rms(k, kn, eps)
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # [1, 1, s, D]
     q = _rotate(q.transpose(1, 2), cos, sin)
     k = _rotate(k.transpose(1, 2), cos, sin)
     kv.index_copy_(3, index, torch.stack([k, v.transpose(1, 2)]))
-    return dense(q)
-
-
-def dense(x: torch.Tensor) -> torch.Tensor:
-    """``x`` copied into a new contiguous tensor.
-
-    What ``x.contiguous()`` does, but without asking whether ``x`` is contiguous already:
-    for a transposed [1, heads, s, D] that question is "is s == 1?", and with dynamic shapes
-    the answer becomes a guard, so one token would compile a graph of its own.
-    """
-    out = x.new_empty(x.shape)
-    out.copy_(x)
-    return out
+    return q.contiguous()
 
 
 def post_attention(x, attn, wo, ln, wgu, wd, eps: float):
@@ -106,36 +90,12 @@ def post_attention(x, attn, wo, ln, wgu, wd, eps: float):
 RECOMPILE_LIMIT = 64
 
 
-def compile_step_function(fn: Callable, sizes: Mapping[int, Sequence[int]] | None = None) -> Callable:
-    """``torch.compile`` for an engine function, with room for every function's specialisations.
-
-    Without ``sizes``: dynamic shapes everywhere (``dynamic=True``), where Dynamo still
-    gives a size seen as 1 a graph of its own.  With ``sizes`` ({argument index: its
-    dimensions that vary}), only those dimensions are symbolic, and they are traced
-    size-obliviously: 1 is not special, so the graph calibration compiles for trees also
-    serves AR's one-token steps.  Before, the first decode job after calibration paid for
-    three one-token layer graphs (1.3-5 s each on the H200, session 13).  That holds as
-    long as the function asks nothing whose answer changes at 1: the layer functions
-    reshape only dense tensors and copy with :func:`dense` for that reason.  Every other
-    dimension stays static: size-oblivious reasoning treats a symbolic size as never 1,
-    so a symbolic batch dimension of 1 would broadcast wrongly (it did, in Inductor's CPU
-    code for the attention mask).
-    """
+def compile_step_function(fn: Callable) -> Callable:
+    """``torch.compile(fn, dynamic=True)``, with room for every engine function's specialisations."""
     cfg = torch._dynamo.config
     name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"  # torch < 2.7
     setattr(cfg, name, max(getattr(cfg, name), RECOMPILE_LIMIT))
-    if sizes is None or not hasattr(shape_config, "backed_size_oblivious"):  # older torch: as before
-        return torch.compile(fn, dynamic=True)
-    compiled = torch.compile(fn)  # automatic dynamic: a dimension not named here turns symbolic if it changes
-    marks = [(i, d) for i, dims in sizes.items() for d in dims]
-
-    def run(*args):
-        for i, d in marks:
-            torch._dynamo.mark_dynamic(args[i], d)
-        with shape_config.patch(backed_size_oblivious=True):  # read while tracing
-            return compiled(*args)
-
-    return run
+    return torch.compile(fn, dynamic=True)
 
 
 def stack_rows(linears: list[nn.Linear]) -> torch.Tensor:
@@ -178,16 +138,14 @@ class FusedLayers:
         # the model's constants are bound, not passed: dynamic shapes then vary only the token count
         pre = functools.partial(pre_attention, eps=self.eps, head_dim=self.head_dim, kv_width=self.kv_width)
         post = functools.partial(post_attention, eps=self.eps)
-        # the token count varies (x, cos, sin: dimension 1; the cache positions: 0), and
-        # attention's window (key and value: 2, the mask: 3)
-        self.pre: Callable = compile_step_function(pre, {0: (1,), 5: (1,), 6: (1,), 8: (0,)}) if compile else pre
-        self.post: Callable = compile_step_function(post, {0: (1,), 1: (1,)}) if compile else post
+        self.pre: Callable = compile_step_function(pre) if compile else pre
+        self.post: Callable = compile_step_function(post) if compile else post
         # attention of small trees too: the scaling, mask, softmax and casts around its two
         # multiplies fuse.  Larger trees keep the SDPA kernel uncompiled (compiled, it is
         # decomposed into materialised [heads, rows, window] scores; FlexAttention with the
         # tree mask measured 2-4x slower than SDPA there, docs/performance.md).
         attend = functools.partial(grouped_attention, matmul_rows=COMPILED_MATMUL_ROWS)
-        self.attend: Callable = compile_step_function(attend, {0: (2,), 1: (2,), 2: (2,), 3: (2, 3)}) if compile else attend
+        self.attend: Callable = compile_step_function(attend) if compile else attend
 
     @torch.no_grad()  # as Target.forward: a calibration probe outside a decoder must not build autograd graphs
     def forward(self, ids, positions, mask, cache, features: bool):

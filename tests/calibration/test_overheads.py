@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from bastion.calibration.calibrate import overhead_budgets
-from bastion.calibration.overheads import profile_overheads
+from bastion.calibration.overheads import describe_baselines, profile_baselines, profile_overheads
 from bastion.calibration.store import Calibration
 from bastion.costmodel.model import CostModel, StepOverheads, rule_costs
 from bastion.results.generation import GenerationResult, StepStats
@@ -157,3 +157,39 @@ def test_calibration_files_keep_the_growth_and_older_files_load_without_it(tmp_p
     data["overheads"] = {"t_draft": 1e-3, "t_other": 1e-3}  # written before the growth was measured
     path.write_text(json.dumps(data))
     assert Calibration.load(path).overheads == StepOverheads(1e-3, 1e-3)
+
+
+class BaselineDecoder:
+    """AR steps of 5 ms (one token each) and DFlash steps of 8 ms; the warm-up run is slow."""
+
+    target = SimpleNamespace(device=torch.device("cpu"))
+    runs: list[str] = []
+
+    def __init__(self, method: str) -> None:
+        self.method = method
+
+    def generate(self, prompt, max_new_tokens, temperature, generator):
+        first = self.method not in BaselineDecoder.runs
+        BaselineDecoder.runs.append(self.method)
+        per, emitted = (5e-3, 1) if self.method == "ar" else (8e-3, 4)
+        n = max_new_tokens // emitted
+        steps = [StepStats(emitted, 1, 0) for _ in range(n)]
+        return GenerationResult([1] * (n * emitted + 1), len(prompt), 0.0, (50.0 if first else per) * n,
+                                "max_new_tokens", steps)
+
+
+def test_baseline_steps_are_timed_after_a_warm_up_and_kept_in_the_file(tmp_path):
+    BaselineDecoder.runs = []
+    got = profile_baselines(BaselineDecoder, [1, 2, 3], steps=8)
+    assert got == pytest.approx({"ar": 5e-3, "dflash": 8e-3})
+    assert BaselineDecoder.runs == ["ar"] * 3 + ["dflash"] * 3
+    assert describe_baselines(got) == "baseline steps AR 5.000 ms, DFlash 8.000 ms"
+    cal = Calibration("m", {}, CostModel(SHAPE, PEAKS, PARAMS), StepOverheads(1e-3, 1e-3), {}, {},
+                      [{"s": 8, "c": 16, "latency_s": 1e-3}], baselines=got)
+    path = tmp_path / "cal.json"
+    cal.save(path)
+    assert Calibration.load(path).baselines == got
+    data = json.loads(path.read_text())
+    del data["baselines"]  # written before they were measured
+    path.write_text(json.dumps(data))
+    assert Calibration.load(path).baselines == {}

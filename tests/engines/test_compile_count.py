@@ -1,10 +1,11 @@
 """Which graphs decoding compiles after calibration has run (Dynamo's frames, eager backend, CPU).
 
 On a GPU the first decode job of a warm job worker paid for every graph that calibration
-had not compiled already (session 13: 11 graphs, 22-27 s; session 14: 5).  The compiled engine's
-functions are traced here as a GPU run traces them, with Dynamo's eager backend instead
-of Inductor so that only the tracing is paid: calibration's fixed-budget BASTION runs
-first, then AR, DFlash and adaptive BASTION, counting the frames each one compiles.
+had not compiled already (session 13: 11 graphs, 22-27 s; session 14: 5).  Calibration's
+step-constant runs and its AR and DFlash baseline runs now compile everything those
+methods and BASTION replay.  The compiled engine's functions are traced here as a GPU run
+traces them, with Dynamo's eager backend instead of Inductor so that only the tracing is
+paid: calibration's runs first, then AR, DFlash and BASTION, counting the frames each compiles.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
+from bastion.calibration.overheads import profile_baselines, profile_overheads
 from bastion.engines import compiled
 from bastion.engines.static_decoder import StaticDecoder
 from bastion.engines.static_engine import StaticEngine
@@ -48,19 +50,21 @@ def test_decoding_after_calibration_compiles_only_its_own_shapes(eager_compile):
     compiled.fuse(engine, compile=True)
     prompt = list(range(3, 30))
 
-    def calibration():  # the step-constant probes: fixed budgets, several sizes
-        for budget in (8, 12, 24):
-            StaticDecoder(engine, "bastion", TreePolicy(budget=budget)).generate(prompt, 12)
+    def step_constants():  # calibration's fixed-budget BASTION runs, several sizes
+        profile_overheads(lambda n: StaticDecoder(engine, "bastion", TreePolicy(budget=n)), (8, 12, 24), prompt, steps=4)
 
-    frames, breaks = _frames(calibration)
+    frames, breaks = _frames(step_constants)
     assert frames > 0 and not breaks
-    # AR: nothing.  Its one-token layer calls reuse the tree graphs (traced size-obliviously),
-    # and its one-node build and commit are never compiled
-    frames, breaks = _frames(lambda: StaticDecoder(engine, "ar").generate(prompt, 8))
-    assert (frames, breaks) == (0, {})
-    # DFlash: only its chain build (no graph break in the chunked argmax); its commit is BASTION's
-    frames, breaks = _frames(lambda: StaticDecoder(engine, "dflash").generate(prompt, 12))
-    assert (frames, breaks) == (1, {})
+    # what only AR and DFlash run: AR's one-token layer graphs (its one-node build and commit
+    # are never compiled) and DFlash's chain build (one graph: no break in the chunked
+    # argmax; its commit is BASTION's).  Calibration's baseline runs compile them
+    baselines = lambda: profile_baselines(lambda m: StaticDecoder(engine, m), prompt, steps=6)  # noqa: E731
+    frames, breaks = _frames(baselines)
+    assert (frames, breaks) == (4, {})
+    # so decoding compiles nothing for them, nor for BASTION at a width calibration did not use
+    for method, policy in (("ar", None), ("dflash", None), ("bastion", TreePolicy(budget=16))):
+        frames, breaks = _frames(lambda: StaticDecoder(engine, method, policy).generate(prompt, 12))
+        assert (frames, breaks) == (0, {}), method
     # adaptive BASTION at widths calibration did not use: no select, build or commit recompiles
     frames, breaks = _frames(lambda: StaticDecoder(engine, "bastion", TreePolicy(budget=16)).generate(prompt, 12))
     assert (frames, breaks) == (0, {})

@@ -46,5 +46,4 @@ def test_every_layer_function_compiles_and_decodes_as_eager():
         assert [s.committed for s in got.steps] == [s.committed for s in want.steps], method
     limits = [k for k in counters["unimplemented"] if "recompile limit" in k.lower()]
     assert not limits, limits
-    # 5 functions; the target's take one graph for AR's single token and for trees alike
-    assert counters["frames"]["ok"] == counters["frames"]["total"] >= 5
+    assert counters["frames"]["ok"] == counters["frames"]["total"] >= 9  # 5 functions, one-token and many-token forms

@@ -6,7 +6,7 @@ from bastion.pipeline.worker import hand_off
 hand_off(snakemake, __file__, snakemake.params.device)
 
 from bastion.calibration import stages
-from bastion.calibration.overheads import describe_overheads
+from bastion.calibration.overheads import describe_baselines, describe_overheads
 from bastion.pipeline import compile_cache
 from bastion.pipeline.gpu_slots import pinned
 from bastion.pipeline.joblog import job_log
@@ -23,4 +23,4 @@ with job_log(snakemake.log[0]), pinned(p.device):
     )
     for cal in calibrations:
         print(f"T={cal.temperature:g}: held-out error {cal.report.get('heldout_mape', float('nan')):.3f}, "
-              f"{describe_overheads(cal.overheads)}")
+              f"{describe_overheads(cal.overheads)}; {describe_baselines(cal.baselines)}")

@@ -6,7 +6,7 @@ from bastion.pipeline.worker import hand_off
 hand_off(snakemake, __file__, snakemake.params.device)
 
 from bastion.calibration import stages
-from bastion.calibration.overheads import describe_overheads
+from bastion.calibration.overheads import describe_baselines, describe_overheads
 from bastion.pipeline import compile_cache
 from bastion.pipeline.gpu_slots import pinned
 from bastion.pipeline.joblog import job_log
@@ -18,4 +18,4 @@ with job_log(snakemake.log[0]), pinned(p.device):
         snakemake.output[0], snakemake.wildcards.model, snakemake.input.model, snakemake.input.latency,
         p.device, p.dtype, p.attn_impl, p.engine, p.n_min, p.seed,
     )
-    print(describe_overheads(cal.overheads))
+    print(f"{describe_overheads(cal.overheads)}; {describe_baselines(cal.baselines)}")
