@@ -9,7 +9,7 @@
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu_out}; mkdir -p "$OUT"
 PARTS=${PARTS:-E Q T}
-[[ " $PARTS " == *" E "* ]] && { RUNS=${RUNS:-worker rerun} OUT=$OUT bash tools/gpu/worker_e2e.sh; }
+[[ " $PARTS " == *" E "* ]] && { RUNS=${RUNS:-worker rerun} OUT=$OUT bash tools/gpu/worker_e2e.sh | tee "$OUT/e2e_summary.txt"; }
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 [[ " $PARTS " == *" Q "* ]] && for ds in stdlib-heldout humaneval-pkg; do
