@@ -84,6 +84,7 @@ def test_end_to_end_schema_and_calibration_reuse(workdir, capsys):
     stamp = cal[0].stat().st_mtime_ns
     body = json.loads(cal[0].read_text())
     assert body["fingerprint"]["device_type"] == "cpu" and set(body["cost_model"]["params"]) == set(CostParams.names())
+    assert set(body["baselines"]) == {"ar", "dflash"} and all(t > 0 for t in body["baselines"].values())
     # second run: the calibration is reused, not remade
     assert benchmark.main(_args(target, drafter, data, cache, root / "out1b.jsonl", ["--quiet"])) == 0
     assert "[calibrate]" not in capsys.readouterr().err

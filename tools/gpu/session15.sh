@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One H200 call (device tool, writes into $OUT), session 15: AR's one-token layer calls on
-# the tree graphs (traced size-obliviously) and one commit graph for DFlash and BASTION.
+# One H200 call (device tool, writes into $OUT), session 15: calibration's AR and DFlash
+# baseline runs (which compile what those methods replay) and one commit graph for DFlash
+# and BASTION; calls 1-2 ran the reverted size-oblivious layer graphs (docs/performance.md).
 # PARTS picks (default "E Q T"): E, the tiny experiment end to end with the job worker,
 # cold, then its decode job forced again with the worker warm (worker_e2e.sh); Q, outputs
 # equal AR's in fp32 on the compiled engine, both offline sets; T, the Qwen3-8B-shaped
