@@ -14,7 +14,12 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from bastion.calibration.grid import MAX_HELDOUT_MAPE, Grid, gated_fit, probe_grid
-from bastion.calibration.overheads import describe_baselines, describe_overheads, profile_baselines, profile_overheads
+from bastion.calibration.overheads import (
+    describe_baselines,
+    describe_overheads,
+    profile_baselines,
+    profile_overheads,
+)
 from bastion.calibration.peaks import measure_peaks
 from bastion.calibration.store import Calibration
 from bastion.costmodel.roofline import ModelShape

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import json
 from types import SimpleNamespace
+from typing import ClassVar
 
 import pytest
 import torch
 
 from bastion.calibration.calibrate import overhead_budgets
-from bastion.calibration.overheads import describe_baselines, profile_baselines, profile_overheads
+from bastion.calibration.overheads import (
+    describe_baselines,
+    profile_baselines,
+    profile_overheads,
+)
 from bastion.calibration.store import Calibration
 from bastion.costmodel.model import CostModel, StepOverheads, rule_costs
 from bastion.results.generation import GenerationResult, StepStats
@@ -163,7 +168,7 @@ class BaselineDecoder:
     """AR steps of 5 ms (one token each) and DFlash steps of 8 ms; the warm-up run is slow."""
 
     target = SimpleNamespace(device=torch.device("cpu"))
-    runs: list[str] = []
+    runs: ClassVar[list[str]] = []
 
     def __init__(self, method: str) -> None:
         self.method = method

@@ -10,6 +10,8 @@ paid: calibration's runs first, then AR, DFlash and BASTION, counting the frames
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 from torch._dynamo.utils import counters
@@ -58,12 +60,11 @@ def test_decoding_after_calibration_compiles_only_its_own_shapes(eager_compile):
     # what only AR and DFlash run: AR's one-token layer graphs (its one-node build and commit
     # are never compiled) and DFlash's chain build (one graph: no break in the chunked
     # argmax; its commit is BASTION's).  Calibration's baseline runs compile them
-    baselines = lambda: profile_baselines(lambda m: StaticDecoder(engine, m), prompt, steps=6)  # noqa: E731
-    frames, breaks = _frames(baselines)
+    frames, breaks = _frames(lambda: profile_baselines(lambda m: StaticDecoder(engine, m), prompt, steps=6))
     assert (frames, breaks) == (4, {})
     # so decoding compiles nothing for them, nor for BASTION at a width calibration did not use
     for method, policy in (("ar", None), ("dflash", None), ("bastion", TreePolicy(budget=16))):
-        frames, breaks = _frames(lambda: StaticDecoder(engine, method, policy).generate(prompt, 12))
+        frames, breaks = _frames(functools.partial(StaticDecoder(engine, method, policy).generate, prompt, 12))
         assert (frames, breaks) == (0, {}), method
     # adaptive BASTION at widths calibration did not use: no select, build or commit recompiles
     frames, breaks = _frames(lambda: StaticDecoder(engine, "bastion", TreePolicy(budget=16)).generate(prompt, 12))
