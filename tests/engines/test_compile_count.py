@@ -63,9 +63,7 @@ def test_decoding_after_calibration_compiles_only_its_own_shapes(eager_compile):
     frames, breaks = _frames(lambda: profile_baselines(lambda m: StaticDecoder(engine, m), prompt, steps=6))
     assert (frames, breaks) == (4, {})
     # so decoding compiles nothing for them, nor for BASTION at a width calibration did not use
+    # (no select, build or commit recompiles)
     for method, policy in (("ar", None), ("dflash", None), ("bastion", TreePolicy(budget=16))):
         frames, breaks = _frames(functools.partial(StaticDecoder(engine, method, policy).generate, prompt, 12))
         assert (frames, breaks) == (0, {}), method
-    # adaptive BASTION at widths calibration did not use: no select, build or commit recompiles
-    frames, breaks = _frames(lambda: StaticDecoder(engine, "bastion", TreePolicy(budget=16)).generate(prompt, 12))
-    assert (frames, breaks) == (0, {})
