@@ -6,7 +6,7 @@
 # cold, then its decode job forced again with the worker warm (worker_e2e.sh); Q, outputs
 # equal AR's in fp32 on the compiled engine, both offline sets; T, the Qwen3-8B-shaped
 # phases, 32-node/DFlash steps and AR (benchmarks.tree_phase).
-# Needs the wheels in .whl (carry .whl).
+# Needs the wheels in .whl (`bash tools/gpu/wheels.sh`; carry .whl).
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu_out}; mkdir -p "$OUT"
 PARTS=${PARTS:-E Q T}
