@@ -38,6 +38,7 @@ tree sizes at one context in a handful of fused tensor ops, inside captured grap
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Sequence
 
@@ -144,7 +145,19 @@ class CostModel:
         ``c`` and the attention terms are linear in it, so both are precomputed once per
         (n_max, device) and each step costs a few fused ops with no host transfer.
         """
-        layers, kv0, kv1, att0, att1 = self.curve_parts(n_max, device)
+        parts = self.curve_parts(n_max, device)
+        if parts[0].device.type == "cpu" and os.environ.get("BASTION_RANK", "") != "torch" \
+                and not torch.compiler.is_compiling():
+            # the same fp64 operations in NumPy (identical values): torch's dozen dispatches
+            # cost more than the arithmetic, a few hundred microseconds a step on the 2-core
+            # CPU.  BASTION_RANK=torch keeps the torch path, as a GPU without Triton runs it
+            layers, kv0, kv1, att0, att1 = (x.numpy() for x in parts)
+            c = int(c)
+            out = combine(self.params, RooflineTerms(lin=None, stream=None, kv=kv0 + kv1 * c, att=att0 + att1 * c),
+                          layers=layers)
+            out[:1] = 0.0
+            return torch.from_numpy(out)
+        layers, kv0, kv1, att0, att1 = parts
         t = RooflineTerms(lin=None, stream=None, kv=kv0 + kv1 * c, att=att0 + att1 * c)
         out = combine(self.params, t, layers=layers)
         out[:1].fill_(0.0)  # fill_: no host-to-device copy, so a CUDA graph can capture it

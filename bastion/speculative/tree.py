@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -151,7 +152,14 @@ def count_nodes(
     cost_curve: torch.Tensor | None,  # [>= N + 2] C(n) in seconds, index n
     fixed_cost: float,
 ) -> torch.Tensor:
-    """Number of nodes (root included) the rule keeps, as a 0-d tensor (no host sync)."""
+    """Number of nodes (root included) the rule keeps, as a 0-d tensor (no host sync).
+
+    On a CPU the same arithmetic runs in NumPy: a dozen tiny operations where torch's
+    twenty-odd cost more in dispatch than in arithmetic.  Both engines count through here,
+    so they still agree; ``BASTION_RANK=torch`` keeps the torch path (a GPU's without Triton).
+    """
+    if logp.device.type == "cpu" and os.environ.get("BASTION_RANK", "") != "torch" and not torch.compiler.is_compiling():
+        return _count_nodes_host(logp, policy, cost_curve, fixed_cost)
     avail = logp.shape[0] + 1
     p = logp.double().exp()  # [N] fp64; candidate j joins a tree of n = j + 1 nodes
     big_p = torch.cumsum(torch.cat([p.new_ones(1), p[:-1]]), 0)  # P of the tree before candidate j joins: 1 + p_0 + ...
@@ -162,6 +170,19 @@ def count_nodes(
     fail = torch.cat([~ok, ok.new_ones(1)])  # sentinel: "fails" once candidates run out
     first_fail = fail.int().argmax()  # index of the first failing candidate
     return torch.clamp(first_fail + 1, max=policy.n_max)
+
+
+def _count_nodes_host(logp: torch.Tensor, policy: TreePolicy, cost_curve: torch.Tensor, fixed_cost: float) -> torch.Tensor:
+    """:func:`count_nodes` in NumPy, for CPU tensors: the same fp64 steps in the same order."""
+    p = np.exp(logp.numpy().astype(np.float64))  # [N]
+    big_p = np.cumsum(np.concatenate(([1.0], p[:-1])))
+    n = np.arange(1, p.shape[0] + 1)
+    curve = cost_curve.numpy().astype(np.float64, copy=False)
+    c_n, c_next = curve[n], curve[n + 1]
+    ok = (n < policy.n_min) | (p * (fixed_cost + c_n) > big_p * (c_next - c_n))
+    fails = np.flatnonzero(~ok)
+    first_fail = int(fails[0]) if fails.size else p.shape[0]  # "fails" once candidates run out
+    return torch.tensor(min(first_fail + 1, policy.n_max))
 
 
 def bucket_size(n: int, policy: TreePolicy) -> int:
