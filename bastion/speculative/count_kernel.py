@@ -1,6 +1,6 @@
 """The budget rule's node count in one Triton kernel (imported only where Triton is installed).
 
-:func:`bastion.speculative.tree.count_nodes` and the cost curve it reads
+:func:`bastion.speculative.rule.count_nodes` and the cost curve it reads
 (:meth:`bastion.costmodel.model.CostModel.curve`) are about 45 tiny element-wise, scan
 and reduction kernels.  Inside a CUDA graph each still costs a few microseconds, so on an
 H200 the adaptive rule's ``rank`` graph took 104-115 µs against 48-56 µs for a fixed

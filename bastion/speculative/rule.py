@@ -1,0 +1,83 @@
+"""The budget rule's arithmetic: how many ranked paths a tree keeps, and how widely to rank.
+
+:mod:`bastion.speculative.tree` states the rule and builds the trees; this module holds
+the count itself (:func:`count_nodes`: the cumulative-sum form of the rule, in torch or,
+on a CPU, in NumPy with the same values), the bucket rounding, and the ranking widths the
+adaptive search starts from and widens to.  The static engine's ``rank`` step and the
+eager engine's tree construction both count here, so they agree to the bit.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+if TYPE_CHECKING:
+    from bastion.speculative.tree import TreePolicy
+
+
+def count_nodes(
+    logp: torch.Tensor,  # [N] candidate log-probs, best first
+    policy: TreePolicy,
+    cost_curve: torch.Tensor | None,  # [>= N + 2] C(n) in seconds, index n
+    fixed_cost: float,
+) -> torch.Tensor:
+    """Number of nodes (root included) the rule keeps, as a 0-d tensor (no host sync).
+
+    On a CPU the same arithmetic runs in NumPy: a dozen tiny operations where torch's
+    twenty-odd cost more in dispatch than in arithmetic.  Both engines count through here,
+    so they still agree; ``BASTION_RANK=torch`` keeps the torch path (a GPU's without Triton).
+    """
+    if logp.device.type == "cpu" and os.environ.get("BASTION_RANK", "") != "torch" and not torch.compiler.is_compiling():
+        return _count_nodes_host(logp, policy, cost_curve, fixed_cost)
+    avail = logp.shape[0] + 1
+    p = logp.double().exp()  # [N] fp64; candidate j joins a tree of n = j + 1 nodes
+    big_p = torch.cumsum(torch.cat([p.new_ones(1), p[:-1]]), 0)  # P of the tree before candidate j joins: 1 + p_0 + ...
+    n = torch.arange(1, avail, device=logp.device)
+    curve = cost_curve.double()  # the difference C(n+1) - C(n) and the comparison in fp64
+    c_n, c_next = curve[n], curve[n + 1]
+    ok = (n < policy.n_min) | (p * (fixed_cost + c_n) > big_p * (c_next - c_n))
+    fail = torch.cat([~ok, ok.new_ones(1)])  # sentinel: "fails" once candidates run out
+    first_fail = fail.int().argmax()  # index of the first failing candidate
+    return torch.clamp(first_fail + 1, max=policy.n_max)
+
+
+def _count_nodes_host(logp: torch.Tensor, policy: TreePolicy, cost_curve: torch.Tensor, fixed_cost: float) -> torch.Tensor:
+    """:func:`count_nodes` in NumPy, for CPU tensors: the same fp64 steps in the same order."""
+    p = np.exp(logp.numpy().astype(np.float64))  # [N]
+    big_p = np.cumsum(np.concatenate(([1.0], p[:-1])))
+    n = np.arange(1, p.shape[0] + 1)
+    curve = cost_curve.numpy().astype(np.float64, copy=False)
+    c_n, c_next = curve[n], curve[n + 1]
+    ok = (n < policy.n_min) | (p * (fixed_cost + c_n) > big_p * (c_next - c_n))
+    fails = np.flatnonzero(~ok)
+    first_fail = int(fails[0]) if fails.size else p.shape[0]  # "fails" once candidates run out
+    return torch.tensor(min(first_fail + 1, policy.n_max))
+
+
+def bucket_size(n: int, policy: TreePolicy) -> int:
+    """Round an adaptive node count down to a multiple of ``n_min`` (never below it)."""
+    if policy.budget is not None or not policy.bucket or n < policy.n_min:
+        return n
+    return (n // policy.n_min) * policy.n_min
+
+
+def search_width(hint: int, policy: TreePolicy) -> int:
+    """Paths to rank first for the adaptive rule: the hint rounded up to a power of two (few shapes)."""
+    m = max(hint, policy.n_min) - 1
+    return max(1, min(policy.n_max - 1, 1 << max(0, math.ceil(math.log2(max(m, 1))))))
+
+
+def wider_search(m: int, got: int, n: int, policy: TreePolicy) -> int | None:
+    """The next ranking width when the rule kept every ranked path and more exist; None when exact.
+
+    Ranking only the best ``m`` paths is exact unless the rule accepted all ``got == m``
+    of them; then it is repeated four times wider (up to ``n_max - 1``).
+    """
+    if n - 1 >= got and got == m and m < policy.n_max - 1:
+        return min(policy.n_max - 1, 4 * m)
+    return None
