@@ -7,6 +7,7 @@ defaults, display labels and temperature tags from here.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 # Decoding methods, in the order they run on a prompt: AR first, since later turns of a
@@ -79,3 +80,9 @@ def resolve_n_min(value: int | str, gpu: bool) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"n_min must be a node count >= 1 or 'auto', not {value!r}")
     return value
+
+
+def torch_references_forced() -> bool:
+    """``BASTION_RANK=torch``: the torch reference paths of the tree and rule maths everywhere,
+    no Triton kernels on a GPU and no NumPy paths on a CPU (what a GPU without Triton runs)."""
+    return os.environ.get("BASTION_RANK", "") == "torch"

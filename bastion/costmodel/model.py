@@ -38,7 +38,6 @@ tree sizes at one context in a handful of fused tensor ops, inside captured grap
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Sequence
 
@@ -46,6 +45,7 @@ import numpy as np
 import torch
 
 from bastion.costmodel.roofline import HardwarePeaks, ModelShape, RooflineTerms, roofline_terms
+from bastion.defaults import torch_references_forced
 
 
 @dataclass(frozen=True)
@@ -146,8 +146,7 @@ class CostModel:
         (n_max, device) and each step costs a few fused ops with no host transfer.
         """
         parts = self.curve_parts(n_max, device)
-        if parts[0].device.type == "cpu" and os.environ.get("BASTION_RANK", "") != "torch" \
-                and not torch.compiler.is_compiling():
+        if parts[0].device.type == "cpu" and not torch_references_forced() and not torch.compiler.is_compiling():
             # the same fp64 operations in NumPy (identical values): torch's dozen dispatches
             # cost more than the arithmetic, a few hundred microseconds a step on the 2-core
             # CPU.  BASTION_RANK=torch keeps the torch path, as a GPU without Triton runs it

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 import warnings
 from typing import Callable
 
 import torch
+
+from bastion.defaults import torch_references_forced
 
 _WORKS: dict[tuple[str, str], bool] = {}  # (kernel, device) -> whether its Triton form ran
 
@@ -26,7 +27,7 @@ def _triton_installed() -> bool:
 
 def use_triton(device: torch.device) -> bool:
     """Triton kernels on CUDA when Triton is installed (``BASTION_RANK=torch`` forces the references)."""
-    if os.environ.get("BASTION_RANK", "") == "torch":
+    if torch_references_forced():
         return False
     return device.type == "cuda" and _triton_installed()
 

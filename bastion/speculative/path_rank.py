@@ -25,11 +25,10 @@ Both read the same fp32 sums ``prev[row] + logq[d, col]``, computed the same way
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import torch
 
+from bastion.defaults import torch_references_forced
 from bastion.speculative.fused import run_triton
 
 _LAYOUT: dict[tuple[int, int, int, str], tuple[torch.Tensor, torch.Tensor]] = {}
@@ -82,7 +81,7 @@ def top_paths(logq: torch.Tensor, m: int) -> tuple[torch.Tensor, ...]:
     ranked: list[tuple[torch.Tensor, ...]] = []
     if run_triton("path_rank", logq.device, lambda: ranked.append(_rank_triton(logq, m))):
         return ranked[0]
-    if logq.device.type == "cpu" and os.environ.get("BASTION_RANK", "") != "torch":
+    if logq.device.type == "cpu" and not torch_references_forced():
         return _rank_numpy(logq, m)
     return _rank_torch(logq, m)
 

@@ -10,11 +10,12 @@ eager engine's tree construction both count here, so they agree to the bit.
 from __future__ import annotations
 
 import math
-import os
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+from bastion.defaults import torch_references_forced
 
 if TYPE_CHECKING:
     from bastion.speculative.tree import TreePolicy
@@ -32,7 +33,7 @@ def count_nodes(
     twenty-odd cost more in dispatch than in arithmetic.  Both engines count through here,
     so they still agree; ``BASTION_RANK=torch`` keeps the torch path (a GPU's without Triton).
     """
-    if logp.device.type == "cpu" and os.environ.get("BASTION_RANK", "") != "torch" and not torch.compiler.is_compiling():
+    if logp.device.type == "cpu" and not torch_references_forced() and not torch.compiler.is_compiling():
         return _count_nodes_host(logp, policy, cost_curve, fixed_cost)
     avail = logp.shape[0] + 1
     p = logp.double().exp()  # [N] fp64; candidate j joins a tree of n = j + 1 nodes
