@@ -26,7 +26,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from bastion.engines.static_attention import grouped_attention
+from bastion.engines.static_attention import grouped_attention, with_kernel
 from bastion.engines.static_layers import (
     COMPILED_MATMUL_ROWS,
     FusedLayers,
@@ -109,7 +109,7 @@ class FusedDrafter:
             self.post, attend = layers.post, layers.attend
         else:
             self.post = wrap(functools.partial(post_attention, eps=self.eps))
-            attend = wrap(functools.partial(grouped_attention, matmul_rows=COMPILED_MATMUL_ROWS))
+            attend = with_kernel(wrap(functools.partial(grouped_attention, matmul_rows=COMPILED_MATMUL_ROWS)))
         # as for the target, a compiled attention only up to COMPILED_MATMUL_ROWS query rows per K/V head
         rows = first.num_heads // first.num_kv_heads * drafter.block_size  # query rows per K/V head
         self.attend: Callable = attend if rows <= COMPILED_MATMUL_ROWS else grouped_attention

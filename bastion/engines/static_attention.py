@@ -11,8 +11,12 @@ before; only the layout changes.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
+
+from bastion.speculative.fused import run_triton
 
 NAME = "bastion_gqa"
 
@@ -46,6 +50,37 @@ def grouped_attention(query, key, value, mask, scale: float, matmul_rows: int = 
         rows = mask[:, :, None].expand(b, 1, g, s, kv_len).reshape(b, 1, g * s, kv_len)
         out = F.scaled_dot_product_attention(q, key, value, attn_mask=rows, scale=scale)  # [1, Hkv, g*s, D]
     return out.reshape(b, hq, s, d).transpose(1, 2).contiguous()
+
+
+def kernel_serves(query, key, value, mask) -> bool:
+    """Whether :func:`bastion.engines.tree_attention_kernel.tree_attention` takes these tensors as they are."""
+    d = query.shape[-1]
+    return (query.device.type == "cuda" and query.is_contiguous() and d >= 16 and not d & (d - 1)
+            and key.stride(-1) == 1 and value.stride(-1) == 1 and mask.stride(-1) == 1
+            and mask.dtype == torch.bool and query.shape[1] % key.shape[1] == 0)
+
+
+def with_kernel(fallback: Callable) -> Callable:
+    """``fallback``'s attention, run by the Triton tree-attention kernel where it serves.
+
+    That is CUDA with Triton installed, for tensors laid out as the engines lay them out;
+    anywhere else, or when the kernel fails to build on this GPU (decided once, with a
+    warning), ``fallback`` runs.  Same signature and result layout as :func:`grouped_attention`.
+    """
+    def attend(query, key, value, mask, scale: float):
+        if kernel_serves(query, key, value, mask):
+            out: list[torch.Tensor] = []
+
+            def launch() -> None:
+                from bastion.engines.tree_attention_kernel import tree_attention
+
+                out.append(tree_attention(query, key, value, mask, scale))
+
+            if run_triton("tree_attention", query.device, launch):
+                return out[0]
+        return fallback(query, key, value, mask, scale)
+
+    return attend
 
 
 def grouped_tree_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):

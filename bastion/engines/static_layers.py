@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bastion.engines.static_attention import grouped_attention
+from bastion.engines.static_attention import grouped_attention, with_kernel
 
 # Query rows per K/V head up to which the compiled engine's attention runs as two batched
 # multiplies with one fused softmax between them.  The fused SDPA kernel does not split a
@@ -144,8 +144,10 @@ class FusedLayers:
         # multiplies fuse.  Larger trees keep the SDPA kernel uncompiled (compiled, it is
         # decomposed into materialised [heads, rows, window] scores; FlexAttention with the
         # tree mask measured 2-4x slower than SDPA there, docs/performance.md).
+        # On CUDA with Triton these rows go to one flash-decoding kernel instead (two for long
+        # windows: bastion.engines.tree_attention_kernel); the compiled form is its fallback.
         attend = functools.partial(grouped_attention, matmul_rows=COMPILED_MATMUL_ROWS)
-        self.attend: Callable = compile_step_function(attend) if compile else attend
+        self.attend: Callable = with_kernel(compile_step_function(attend) if compile else attend)
 
     @torch.no_grad()  # as Target.forward: a calibration probe outside a decoder must not build autograd graphs
     def forward(self, ids, positions, mask, cache, features: bool):
