@@ -75,7 +75,7 @@ def main() -> int:
     prompt = torch.randint(0, 150000, (512,), generator=torch.Generator().manual_seed(0)).tolist()
     engine = StaticEngine(target, drafter, max_context=2560, n_max=1024, fused=True)
     res = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name()}
-    key = ("tree_attention", str(device))
+    key = ("tree_attention", str(torch.device("cuda", torch.cuda.current_device())))  # as run_triton keys it
     # the engine as it is; then without the attention kernel; then with cuBLAS's own kernel choice
     for name, works, blas in (("now", None, "cublaslt"), ("no_attention_kernel", False, "cublaslt"),
                               ("cublas", None, "cublas")):
