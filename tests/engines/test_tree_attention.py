@@ -10,7 +10,11 @@ import pytest
 import torch
 
 from bastion.engines import static_attention
-from bastion.engines.static_attention import grouped_attention, kernel_serves, with_kernel
+from bastion.engines.static_attention import (
+    grouped_attention,
+    kernel_serves,
+    with_kernel,
+)
 
 # Runs in a subprocess with TRITON_INTERPRET=1 (the kernels' code on the CPU) unless a GPU is there.
 KERNEL_CHECK = r"""
@@ -59,7 +63,8 @@ def test_kernel_equals_the_reference_attention():
     env = dict(os.environ)
     if not torch.cuda.is_available():
         env["TRITON_INTERPRET"] = "1"
-    proc = subprocess.run([sys.executable, "-c", KERNEL_CHECK], capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run([sys.executable, "-c", KERNEL_CHECK], capture_output=True, text=True, env=env, timeout=600,
+                          check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "kernel equals the reference on 54 cases" in proc.stdout
     assert int(proc.stdout.split(",")[1].split()[0]) == 18  # the merge kernel ran: windows of 2+ blocks, 7 or 64 programs

@@ -63,7 +63,7 @@ def main() -> int:
             mm = m[None, None]
             outs = [None] * LAYERS
 
-            def run(attend):
+            def run(attend, qs=qs, caches=caches, kv=kv, mm=mm, outs=outs):
                 def f():
                     for i in range(LAYERS):
                         outs[i] = attend(qs[i], caches[i, 0, :, :, :kv], caches[i, 1, :, :, :kv], mm, 0.088)

@@ -17,10 +17,10 @@ from pathlib import Path
 import torch
 
 from bastion.engines.graphs import GraphRunner
-from bastion.speculative import fused
 from bastion.engines.static_decoder import StaticDecoder
 from bastion.engines.static_engine import StaticEngine
 from bastion.models.target import Target
+from bastion.speculative import fused
 from bastion.speculative.tree import TreePolicy
 from benchmarks.shapes import random_pair
 from benchmarks.tree_phase import kernels, replay_us
@@ -90,7 +90,7 @@ def main() -> int:
             if name != "now":
                 for m in ("bastion", "ar"):
                     res[name][m].pop("sequence")
-        except Exception as exc:  # keep the other variants
+        except Exception as exc:  # noqa: BLE001 - keep the other variants
             res[name + "_error"] = repr(exc)[:400]
         print(name, "done", round(time.perf_counter() - t0, 1), flush=True)
     (out / "kernels.json").write_text(json.dumps(res, indent=1))
