@@ -20,25 +20,14 @@ import torch
 from bastion.engines import tree_attention_kernel as K
 from bastion.engines.static_attention import grouped_attention
 from bastion.engines.static_layers import COMPILED_MATMUL_ROWS, compile_step_function
+from benchmarks.tree_phase import graph_us
 
 LAYERS, HQ, HKV, D = 36, 32, 8, 128
 
 
 def per_layer_us(fn, iters: int = 20) -> float:
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return round(1e3 * start.elapsed_time(end) / iters / LAYERS, 2)
+    """GPU µs per layer of ``fn`` (all layers' attention) replayed from one CUDA graph."""
+    return round(graph_us(fn, iters) / LAYERS, 2)
 
 
 def main() -> int:
