@@ -52,12 +52,19 @@ def grouped_attention(query, key, value, mask, scale: float, matmul_rows: int = 
     return out.reshape(b, hq, s, d).transpose(1, 2).contiguous()
 
 
-def kernel_serves(query, key, value, mask) -> bool:
-    """Whether :func:`bastion.engines.tree_attention_kernel.tree_attention` takes these tensors as they are."""
+def kernel_layout(query, key, value, mask) -> bool:
+    """Whether the tree-attention kernel reads these tensors as they are laid out: a contiguous
+    query with a power-of-two head dimension of at least 16, key, value and a boolean mask
+    contiguous in their last dimension, whole query groups per K/V head."""
     d = query.shape[-1]
-    return (query.device.type == "cuda" and query.is_contiguous() and d >= 16 and not d & (d - 1)
+    return (query.is_contiguous() and d >= 16 and not d & (d - 1)
             and key.stride(-1) == 1 and value.stride(-1) == 1 and mask.stride(-1) == 1
             and mask.dtype == torch.bool and query.shape[1] % key.shape[1] == 0)
+
+
+def kernel_serves(query, key, value, mask) -> bool:
+    """Whether :func:`bastion.engines.tree_attention_kernel.tree_attention` takes these tensors (CUDA only)."""
+    return query.device.type == "cuda" and kernel_layout(query, key, value, mask)
 
 
 def with_kernel(fallback: Callable) -> Callable:

@@ -26,6 +26,8 @@ import torch
 import triton
 import triton.language as tl
 
+from bastion.engines.static_attention import kernel_layout
+
 BLOCK_N = 32  # keys per block
 
 
@@ -128,11 +130,10 @@ def tree_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, 
     _, hq, s, d = query.shape
     hkv, kv = key.shape[1], key.shape[2]
     g = hq // hkv
-    if query.stride(-1) != 1 or query.stride(2) != d or key.stride(-1) != 1 or value.stride(-1) != 1 \
-            or mask.stride(-1) != 1:
-        raise ValueError("tree_attention needs a contiguous query and a last-dim-contiguous key, value and mask")
-    if d < 16 or d & (d - 1):
-        raise ValueError(f"tree_attention needs a power-of-two head dimension of at least 16, not {d}")
+    if not kernel_layout(query, key, value, mask):
+        raise ValueError(f"tree_attention cannot read query {tuple(query.shape)} (contiguous: {query.is_contiguous()}), "
+                         f"key/value {tuple(key.shape)} or a {mask.dtype} mask as laid out; "
+                         "see bastion.engines.static_attention.kernel_layout")
     rows = g * s
     if programs is None:
         programs = _programs(query.device.index if query.device.type == "cuda" else 0)

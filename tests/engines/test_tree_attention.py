@@ -54,6 +54,11 @@ for (hq, hkv, d), s, kv, programs in itertools.product(
     assert gap < 1e-5, (hq, hkv, d, s, kv, programs, gap)
     worst = max(worst, err)
     cases += 1
+try:  # a layout it cannot read is refused, not misread
+    K.tree_attention(q.transpose(2, 3), k, v, mask[None, None], 0.3)
+    raise SystemExit("a transposed query was accepted")
+except ValueError as exc:
+    assert "kernel_layout" in str(exc), exc
 print(f"kernel equals the reference on {cases} cases, {split_cases} split, worst {worst:.2e}")
 """
 
