@@ -6,7 +6,8 @@ and reduction kernels.  Inside a CUDA graph each still costs a few microseconds,
 H200 the adaptive rule's ``rank`` graph took 104-115 µs against 48-56 µs for a fixed
 budget's (docs/performance.md, session 11), and the tiny pair's adaptive steps paid the
 difference on every step.  Here one program evaluates C(n, c) for every candidate tree
-size from the precomputed curve parts and finds the first candidate the rule rejects.
+size from the precomputed curve parts, finds the first candidate the rule rejects and
+picks the better bucket beside that count.
 
 The arithmetic is the reference's, in fp64 and in the same order, except two things
 that may round differently: the running sum of path probabilities (a scan in another
@@ -24,7 +25,7 @@ import triton.language as tl
 
 @triton.jit
 def _count_kernel(logp_ptr, n_cand, layers_ptr, kv0_ptr, kv1_ptr, att0_ptr, att1_ptr, c_ptr, coef_ptr, out_ptr,
-                  n_min, n_max, BLOCK: tl.constexpr):
+                  n_min, n_max, bucket, BLOCK: tl.constexpr):
     j = tl.arange(0, BLOCK)  # candidate j joins a tree of n = j + 1 nodes
     valid = j < n_cand
     p = tl.exp(tl.load(logp_ptr + j, mask=valid, other=float("-inf")).to(tl.float64))
@@ -44,7 +45,19 @@ def _count_kernel(logp_ptr, n_cand, layers_ptr, kv0_ptr, kv1_ptr, att0_ptr, att1
     c_next = _cost(layers_ptr, kv0_ptr, kv1_ptr, att0_ptr, att1_ptr, n + 1, valid, c, u_kv, u_att, f_kv, f_att, f_peak)
     ok = (n < n_min) | (p * (fixed + c_n) > big_p * (c_next - c_n))
     first_fail = tl.min(tl.where(valid & ~ok, j, n_cand), axis=0)  # n_cand: every candidate passed
-    tl.store(out_ptr, tl.minimum(first_fail + 1, n_max).to(tl.int64))
+    count = tl.minimum(first_fail + 1, n_max)
+    # the better bucket beside the count (count_nodes): P(k) and C(k) of k = j + 1 nodes, and
+    # of k = n_cand + 1 (every candidate in) from the last lane's "next" values
+    lo = (count // n_min) * n_min
+    hi = lo + n_min
+    fits = (bucket != 0) & (lo >= n_min) & (lo < count) & (hi <= tl.minimum(n_max, n_cand + 1))
+    last = j == n_cand - 1
+    p_lo = tl.sum(tl.where(valid & (n == lo), big_p, 0.0), axis=0)
+    c_lo = tl.sum(tl.where(valid & (n == lo), c_n, 0.0), axis=0)
+    p_hi = tl.sum(tl.where(valid & (n == hi), big_p, 0.0) + tl.where(last & (n + 1 == hi), big_p + p, 0.0), axis=0)
+    c_hi = tl.sum(tl.where(valid & (n == hi), c_n, 0.0) + tl.where(last & (n + 1 == hi), c_next, 0.0), axis=0)
+    better = p_hi / (fixed + c_hi) > p_lo / (fixed + c_lo)
+    tl.store(out_ptr, tl.where(fits & better, hi, count).to(tl.int64))
 
 
 @triton.jit
@@ -58,13 +71,14 @@ def _cost(layers_ptr, kv0_ptr, kv1_ptr, att0_ptr, att1_ptr, n, mask, c, u_kv, u_
 
 
 def count_nodes_fused(logp: torch.Tensor, parts: tuple[torch.Tensor, ...], coef: torch.Tensor, c: torch.Tensor,
-                      n_min: int, n_max: int, out: torch.Tensor) -> None:
+                      n_min: int, n_max: int, out: torch.Tensor, bucket: bool = True) -> None:
     """Write the rule's node count (root included) into ``out`` [1] int64, on the device, no sync.
 
     ``logp`` [N] fp32 candidate log-probabilities, best first; ``parts``: the cost curve's
     (layers, kv0, kv1, att0, att1), each fp64 [>= N + 2]; ``coef`` fp64 [6]: u_kv, u_att,
-    f_kv, f_att, f_peak and the step's fixed cost; ``c`` the cached length (0-d integer).
+    f_kv, f_att, f_peak and the step's fixed cost; ``c`` the cached length (0-d integer);
+    ``bucket``: take the count to the better bucket beside it, as :func:`count_nodes` does.
     """
     n_cand = logp.shape[0]
     block = max(16, triton.next_power_of_2(n_cand))
-    _count_kernel[(1,)](logp, n_cand, *parts, c, coef, out, n_min, n_max, BLOCK=block, num_warps=4)
+    _count_kernel[(1,)](logp, n_cand, *parts, c, coef, out, n_min, n_max, int(bucket), BLOCK=block, num_warps=4)

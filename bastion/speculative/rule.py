@@ -29,6 +29,14 @@ def count_nodes(
 ) -> torch.Tensor:
     """Number of nodes (root included) the rule keeps, as a 0-d tensor (no host sync).
 
+    The rule's test for candidate j, ``p_j (F + C(n)) > P(n) (C(n+1) - C(n))``, is exactly
+    "the expected rate P/(F + C) of the tree with it beats the rate without it".  Trees come
+    in buckets (multiples of ``n_min``), so the count that is not a multiple is then taken to
+    whichever bucket beside it has the higher rate, when the bucket above fits the ranked
+    candidates and ``n_max``; rounding down every time threw away up to ``n_min - 1``
+    nodes the rule had found worth their cost (docs/performance.md, session 17).  A count
+    left as it is rounds down in :func:`bucket_size`.
+
     On a CPU the same arithmetic runs in NumPy: a dozen tiny operations where torch's
     twenty-odd cost more in dispatch than in arithmetic.  Both engines count through here,
     so they still agree; ``BASTION_RANK=torch`` keeps the torch path (a GPU's without Triton).
@@ -44,7 +52,17 @@ def count_nodes(
     ok = (n < policy.n_min) | (p * (fixed_cost + c_n) > big_p * (c_next - c_n))
     fail = torch.cat([~ok, ok.new_ones(1)])  # sentinel: "fails" once candidates run out
     first_fail = fail.int().argmax()  # index of the first failing candidate
-    return torch.clamp(first_fail + 1, max=policy.n_max)
+    count = torch.clamp(first_fail + 1, max=policy.n_max)
+    if not policy.bucket or avail == 1:
+        return count
+    # the better bucket: P(k) = total[k - 1] for k = 1 .. N + 1 nodes, C(k) = curve[k]
+    total = torch.cat([big_p, big_p[-1:] + p[-1:]])  # [N + 1]
+    lo, hi = bucket_pair(count, policy.n_min)
+    fits = (lo >= policy.n_min) & (lo < count) & (hi <= min(policy.n_max, avail))
+    hi_c = hi.clamp(max=avail)  # an index in range whether or not it fits
+    rate_lo = total[lo.clamp(min=1) - 1] / (fixed_cost + curve[lo])
+    rate_hi = total[hi_c - 1] / (fixed_cost + curve[hi_c])
+    return torch.where(fits & (rate_hi > rate_lo), hi, count)
 
 
 def _count_nodes_host(logp: torch.Tensor, policy: TreePolicy, cost_curve: torch.Tensor, fixed_cost: float) -> torch.Tensor:
@@ -57,11 +75,27 @@ def _count_nodes_host(logp: torch.Tensor, policy: TreePolicy, cost_curve: torch.
     ok = (n < policy.n_min) | (p * (fixed_cost + c_n) > big_p * (c_next - c_n))
     fails = np.flatnonzero(~ok)
     first_fail = int(fails[0]) if fails.size else p.shape[0]  # "fails" once candidates run out
-    return torch.tensor(min(first_fail + 1, policy.n_max))
+    count = min(first_fail + 1, policy.n_max)
+    lo, hi = bucket_pair(count, policy.n_min)
+    if policy.bucket and lo >= policy.n_min and lo < count and hi <= min(policy.n_max, p.shape[0] + 1):
+        total = np.concatenate((big_p, big_p[-1:] + p[-1:]))  # P(k) = total[k - 1]
+        if total[hi - 1] / (fixed_cost + curve[hi]) > total[lo - 1] / (fixed_cost + curve[lo]):
+            count = hi
+    return torch.tensor(count)
+
+
+def bucket_pair(count, n_min: int):
+    """The buckets either side of a node count: (the multiple of ``n_min`` at or below it, the next one)."""
+    lo = (count // n_min) * n_min
+    return lo, lo + n_min
 
 
 def bucket_size(n: int, policy: TreePolicy) -> int:
-    """Round an adaptive node count down to a multiple of ``n_min`` (never below it)."""
+    """Round an adaptive node count down to a multiple of ``n_min`` (never below it).
+
+    :func:`count_nodes` already returns the bucket above when that one is better, so
+    this rounds down only counts whose upper bucket lost or could not be evaluated.
+    """
     if policy.budget is not None or not policy.bucket or n < policy.n_min:
         return n
     return (n // policy.n_min) * policy.n_min
@@ -77,8 +111,16 @@ def wider_search(m: int, got: int, n: int, policy: TreePolicy) -> int | None:
     """The next ranking width when the rule kept every ranked path and more exist; None when exact.
 
     Ranking only the best ``m`` paths is exact unless the rule accepted all ``got == m``
-    of them; then it is repeated four times wider (up to ``n_max - 1``).
+    of them; then it is repeated four times wider (up to ``n_max - 1``).  It is also
+    repeated when the count ``n`` is not a bucket because the bucket above it needed more
+    paths than were ranked (:func:`count_nodes` could not weigh it); with ``n_min`` and the
+    ranking widths powers of two that does not happen.
     """
-    if n - 1 >= got and got == m and m < policy.n_max - 1:
+    if got != m or m >= policy.n_max - 1:
+        return None
+    if n - 1 >= got:
         return min(policy.n_max - 1, 4 * m)
+    lo, hi = bucket_pair(n, policy.n_min)
+    if policy.bucket and policy.budget is None and policy.n_min <= lo < n and got + 1 < hi <= policy.n_max:
+        return min(policy.n_max - 1, max(4 * m, hi - 1))
     return None

@@ -15,8 +15,10 @@ tree of ``n`` nodes whose probabilities sum to ``P`` iff
 
 which is exactly "expected tokens per second rises": (P+p)/(T_fixed+C(n+1)) > P/(T_fixed+C(n)).
 (``P`` counts the root with probability 1: it is the expected number of tokens a step
-commits, bonus token included.)  Growth stops at the first failure or at ``n_max``; the
-count is then rounded down to a multiple of ``n_min`` so the verifier sees few shapes.
+commits, bonus token included.)  Growth stops at the first failure or at ``n_max``.
+Trees come in buckets (multiples of ``n_min``) so the verifier sees few shapes: the count
+goes to whichever bucket beside it has the higher expected rate P/(T_fixed + C), when the
+bucket above can be formed from the ranked candidates within ``n_max``, and down otherwise.
 
 The rule is evaluated in fp64 (C(n), C(n+1) - C(n), p and P), as in the original
 release; path log-probabilities are fp32 sums of the per-depth fp32 log-probabilities.
@@ -43,6 +45,7 @@ import torch
 from bastion.defaults import N_MAX, N_MIN, TOPK, TOPK_LIMIT
 from bastion.speculative.path_rank import top_paths
 from bastion.speculative.rule import (
+    bucket_pair,
     bucket_size,
     count_nodes,
     search_width,
@@ -257,20 +260,38 @@ def build_tree_heap(
 
     # heap entries: (-logp, depth, within-depth key, rank, parent node index, parent logp)
     heap = [entry(f32(logq[0][0]), 1, 0, 0, 0.0, ())] if d_max else []
-    while heap and len(tokens) < limit:
+    def take() -> None:  # the best candidate joins the tree
+        nonlocal big_p
         neg, d, key, r, par, par_lp = heapq.heappop(heap)
-        p = math.exp(-neg)
-        n = len(tokens)
-        if policy.budget is None:
-            if not (n < policy.n_min or p * (fixed_cost + curve[n]) > big_p * (curve[n + 1] - curve[n])):
-                break
         tokens.append(toks[d - 1][r])
         parents.append(par)
-        big_p += p
+        big_p += math.exp(-neg)
         me = len(tokens) - 1
         if d < d_max:  # first child
             heapq.heappush(heap, entry(f32(-neg + logq[d][0]), d + 1, 0, me, -neg, key))
         if r + 1 < k:  # next sibling
             heapq.heappush(heap, entry(f32(par_lp + logq[d - 1][r + 1]), d, r + 1, par, par_lp, key[1]))
-    n = bucket_size(len(tokens), policy)
+
+    def rate(n: int, p_n: float) -> float:
+        return p_n / (fixed_cost + curve[n])
+
+    p_tree = [1.0]  # p_tree[n - 1] = P(n)
+    while heap and len(tokens) < limit:
+        p = math.exp(-heap[0][0])
+        n = len(tokens)
+        if policy.budget is None:
+            if not (n < policy.n_min or p * (fixed_cost + curve[n]) > big_p * (curve[n + 1] - curve[n])):
+                break
+        take()
+        p_tree.append(big_p)
+    count = len(tokens)
+    if policy.budget is None and policy.bucket:  # the better bucket beside the count (count_nodes)
+        lo, hi = bucket_pair(count, policy.n_min)
+        if lo >= policy.n_min and lo < count and hi <= limit:
+            while heap and len(tokens) < hi:
+                take()
+                p_tree.append(big_p)
+            if len(tokens) == hi and rate(hi, p_tree[hi - 1]) > rate(lo, p_tree[lo - 1]):
+                count = hi
+    n = bucket_size(count, policy)
     return tokens[:n], parents[:n]

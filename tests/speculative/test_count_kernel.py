@@ -35,7 +35,7 @@ KERNEL_CHECK = textwrap.dedent("""
                                            f_peak=15.8)).with_extra([(64, 1.4e-4), (256, 1.9e-4), (1024, 1.9e-4)]),
     ]
     g = torch.Generator().manual_seed(0)
-    cases = agree = 0
+    cases = agree = raised = 0
     counts = set()
     for model, n_cand, n_min, n_max, c, fixed, scale in itertools.product(
             models, (1, 7, 31, 127, 255), (1, 8, 32), (256, 64), (0, 97, 1500), (1e-4, 6e-4), (0.3, 2.0)):
@@ -45,6 +45,9 @@ KERNEL_CHECK = textwrap.dedent("""
         policy = TreePolicy(n_min=n_min, n_max=n_max)
         length = torch.tensor(c, device=dev)
         ref = int(count_nodes(logp, policy, model.curve(length, n_max, device=dev), fixed))
+        free = int(count_nodes(logp, TreePolicy(n_min=n_min, n_max=n_max, bucket=False),
+                               model.curve(length, n_max, device=dev), fixed))
+        raised += ref > free  # the bucket above the rule's count won (count_nodes)
         p = model.params
         coef = torch.tensor([p.u_kv, p.u_att, p.f_kv, p.f_att, p.f_peak, fixed], dtype=torch.float64, device=dev)
         out = torch.full((3,), -1, dtype=torch.long, device=dev)
@@ -54,7 +57,7 @@ KERNEL_CHECK = textwrap.dedent("""
         assert got[1] == ref, (n_cand, n_min, n_max, c, fixed, scale, got[1], ref)
         cases += 1
         counts.add(ref)
-    print("fused count equals the reference on", cases, "cases,", len(counts), "distinct counts")
+    print("fused count equals the reference on", cases, "cases,", len(counts), "distinct counts,", raised, "raised")
 """)
 
 
@@ -66,8 +69,9 @@ def test_fused_count_equals_the_reference():
     proc = subprocess.run([sys.executable, "-c", KERNEL_CHECK], capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "fused count equals the reference on" in proc.stdout
-    distinct = int(proc.stdout.split(",")[1].split()[0])
+    distinct, raised = (int(part.split()[0]) for part in proc.stdout.split(",")[1:3])
     assert distinct > 10  # the cases reach many different counts, not one boundary
+    assert raised > 5  # and counts the kernel had to take to the bucket above
 
 
 def test_the_engine_counts_with_the_reference_where_triton_does_not_serve(monkeypatch):

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from scipy.stats import chisquare
 
 from bastion.speculative.accept import accept, propose
+from bastion.speculative.path_rank import top_paths
 from bastion.speculative.tree import (
     Tree,
     TreePolicy,
@@ -262,6 +263,40 @@ def test_bucketing_rounds_adaptive_size_down():
     assert bucketed.size == 48
     assert bucketed.tokens.tolist() == free.tokens.tolist()[:48]
     assert bucketed.parents.tolist() == free.parents.tolist()[:48]
+
+
+def test_the_count_goes_to_the_bucket_beside_it_with_the_higher_rate():
+    """A count between two buckets takes the one with the higher P / (T_fixed + C), not always the lower.
+
+    Brute force: the unbucketed tree's size n*, the buckets lo <= n* < hi, P(k) from every
+    ranked path's probability.  The bucketed tree must be ``hi`` exactly when hi can be
+    formed (within n_max and the paths that exist) and its rate is higher, else ``lo``,
+    and it must be the best ``size - 1`` paths, as the heap oracle builds it.
+    """
+    ups = downs = 0
+    for seed in range(150):
+        n_min, n_max = (8, 16)[seed % 2], 64 + seed % 50
+        logq = _draft_logprobs(seed, 6, 30, 0.5 + (seed % 7) / 2)
+        curve, fixed = _cost_curve(seed + 1000, n_max)
+        free = _build(dict(root=0, logq=logq, policy=TreePolicy(n_min=n_min, n_max=n_max, bucket=False), curve=curve,
+                           fixed=fixed))
+        policy = TreePolicy(n_min=n_min, n_max=n_max)
+        tree = _build(dict(root=0, logq=logq, policy=policy, curve=curve, fixed=fixed), hint=seed % 40 + 1)
+        logp = top_paths(logq.topk(min(policy.topk, 30), dim=-1).values, n_max - 1)[0].double()
+        total = torch.cat([torch.ones(1, dtype=torch.float64), logp.exp()]).cumsum(0)  # P(k) = total[k - 1]
+        c = curve.double()
+        lo = free.size // n_min * n_min
+        hi = lo + n_min
+        if lo >= n_min and lo < free.size and hi <= min(n_max, logp.shape[0] + 1) \
+                and total[hi - 1] / (fixed + c[hi]) > total[lo - 1] / (fixed + c[lo]):
+            expected, ups = hi, ups + 1
+        else:
+            expected = lo if free.size >= n_min else free.size
+            downs += lo < free.size
+        assert tree.size == expected, (seed, free.size, tree.size)
+        tokens, parents = build_tree_heap(0, logq, policy, curve, fixed)
+        assert (tree.tokens.tolist(), tree.parents.tolist()) == (tokens, parents)
+    assert ups > 10 and downs > 10, (ups, downs)  # both outcomes are exercised
 
 
 def test_adaptive_tree_needs_a_cost_curve():
