@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections import Counter
 
 import torch
 
@@ -88,6 +89,7 @@ def main() -> None:
     prompts = [(name, builder.encode([], p["turns"][0]))
                for name in SETS for p in datasets.load_prompts(name, args.max_samples, seed=0)]  # config.yaml seed: 0
     stats = {(v, name): [0, 0.0, 0, 0] for v in variants for name in SETS}  # tokens, seconds, steps, committed
+    sizes = {(v, name): Counter() for v in variants for name in SETS}  # tree size -> steps
     for _ in range(args.reps):
         for name, ids in prompts:
             for v, dec in decoders.items():
@@ -97,15 +99,17 @@ def main() -> None:
                 s[1] += res.decode_seconds
                 s[2] += len(res.steps)
                 s[3] += sum(st.committed for st in res.steps)
-    print("| set | variant | tok/s | x AR | x DFlash | τ | ms/step |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+                sizes[(v, name)].update(st.tree_size for st in res.steps)
+    print("| set | variant | tok/s | x AR | x DFlash | τ | ms/step | tree sizes (steps) |")
+    print("|---|---|---:|---:|---:|---:|---:|---|")
     for name in SETS:
         rate = {v: stats[(v, name)][0] / stats[(v, name)][1] for v in variants}
         for v in variants:
-            tokens, seconds, steps, committed = stats[(v, name)]
+            _, seconds, steps, committed = stats[(v, name)]
             vs_d = f"{rate[v] / rate['dflash']:.3f}" if "dflash" in rate else "-"
             print(f"| {name} | {v} | {rate[v]:.1f} | {rate[v] / rate['ar']:.2f} | {vs_d} | "
-                  f"{committed / max(steps, 1):.2f} | {1e3 * seconds / max(steps, 1):.2f} |")
+                  f"{committed / max(steps, 1):.2f} | {1e3 * seconds / max(steps, 1):.2f} | "
+                  + ", ".join(f"{k}: {c}" for k, c in sorted(sizes[(v, name)].items())) + " |")
 
 
 if __name__ == "__main__":

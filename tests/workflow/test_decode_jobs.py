@@ -93,7 +93,7 @@ def test_a_multi_turn_cell_writes_all_methods_without_waiting_for_ar(work, tmp_p
 
 
 def test_n_min_auto_is_sized_for_the_device_the_plan_decodes_on(work, tmp_path):
-    """tiny's `n_min: auto`: 8 on a CPU key, 32 on a GPU key (seen through the n_max check)."""
+    """tiny's `n_min: auto`: 16 on a CPU key, 32 on a GPU key (seen through the n_max check)."""
     overlay = tmp_path / "nmax.yaml"
     overlay.write_text("experiments:\n  tiny:\n    n_max: 16\n")
     args = ["-n", "--configfile", "config.yaml", str(overlay), "--config"]
