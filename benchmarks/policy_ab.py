@@ -7,9 +7,9 @@ Separate decode runs on a small shared CPU drift by 10-20% between them, more th
 differences between tree policies, so every variant here decodes each prompt right after
 the others, for ``--reps`` rounds, on the default run's own prompts (the tiny experiment's
 sets, ``max_samples`` and seed from config.yaml's defaults: 8 prompts each, 128 new
-tokens).  Variants: ``ar``, ``dflash``, ``nmin=N`` (BASTION's adaptive rule with that
-minimum tree and bucket width, on the given calibration) and ``fixed=N`` (BASTION's N most
-probable nodes).  ``--curve`` first prints the engine's verification time by tree size
+tokens; ``--sets`` takes other datasets or prompt files).  Variants: ``ar``, ``dflash``,
+``nmin=N`` (BASTION's adaptive rule with that minimum tree and bucket width, on the given
+calibration) and ``fixed=N`` (BASTION's N most probable nodes).  ``--curve`` first prints the engine's verification time by tree size
 at context 384 (median of 7 rounds of 5), the shape the rule's cost model smooths over.
 """
 
@@ -69,6 +69,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--max-samples", type=int, default=8)
+    ap.add_argument("--sets", default=",".join(SETS), help="datasets or prompt files (default: the tiny experiment's)")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--curve", action="store_true", help="print the verification time by tree size first")
     args = ap.parse_args()
@@ -86,10 +87,11 @@ def main() -> None:
         print("verification ms by tree size (context 384): "
               + ", ".join(f"{s}: {1e3 * t:.2f}" for s, t in curve.items()), flush=True)
     decoders = {v: decoder_for(engine, v, cal) for v in variants}
+    sets = args.sets.split(",")
     prompts = [(name, builder.encode([], p["turns"][0]))
-               for name in SETS for p in datasets.load_prompts(name, args.max_samples, seed=0)]  # config.yaml seed: 0
-    stats = {(v, name): [0, 0.0, 0, 0] for v in variants for name in SETS}  # tokens, seconds, steps, committed
-    sizes = {(v, name): Counter() for v in variants for name in SETS}  # tree size -> steps
+               for name in sets for p in datasets.load_prompts(name, args.max_samples, seed=0)]  # config.yaml seed: 0
+    stats = {(v, name): [0, 0.0, 0, 0] for v in variants for name in sets}  # tokens, seconds, steps, committed
+    sizes = {(v, name): Counter() for v in variants for name in sets}  # tree size -> steps
     for _ in range(args.reps):
         for name, ids in prompts:
             for v, dec in decoders.items():
@@ -102,7 +104,7 @@ def main() -> None:
                 sizes[(v, name)].update(st.tree_size for st in res.steps)
     print("| set | variant | tok/s | x AR | x DFlash | τ | ms/step | tree sizes (steps) |")
     print("|---|---|---:|---:|---:|---:|---:|---|")
-    for name in SETS:
+    for name in sets:
         rate = {v: stats[(v, name)][0] / stats[(v, name)][1] for v in variants}
         for v in variants:
             _, seconds, steps, committed = stats[(v, name)]
