@@ -84,7 +84,7 @@ def _count_nodes_host(logp: torch.Tensor, policy: TreePolicy, cost_curve: torch.
     return torch.tensor(count)
 
 
-def bucket_pair(count, n_min: int):
+def bucket_pair(count: int | torch.Tensor, n_min: int) -> tuple:
     """The buckets either side of a node count: (the multiple of ``n_min`` at or below it, the next one)."""
     lo = (count // n_min) * n_min
     return lo, lo + n_min

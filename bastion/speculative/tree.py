@@ -260,6 +260,7 @@ def build_tree_heap(
 
     # heap entries: (-logp, depth, within-depth key, rank, parent node index, parent logp)
     heap = [entry(f32(logq[0][0]), 1, 0, 0, 0.0, ())] if d_max else []
+
     def take() -> None:  # the best candidate joins the tree
         nonlocal big_p
         neg, d, key, r, par, par_lp = heapq.heappop(heap)
