@@ -98,7 +98,7 @@ def bucket_size(n: int, policy: TreePolicy) -> int:
     """
     if policy.budget is not None or not policy.bucket or n < policy.n_min:
         return n
-    return (n // policy.n_min) * policy.n_min
+    return bucket_pair(n, policy.n_min)[0]
 
 
 def search_width(hint: int, policy: TreePolicy) -> int:
