@@ -16,12 +16,11 @@ at context 384 (median of 7 rounds of 5), the shape the rule's cost model smooth
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections import Counter
 
 import torch
 
+from bastion.calibration.grid import Grid, probe_grid
 from bastion.calibration.store import Calibration
 from bastion.data import registry as datasets
 from bastion.data.prompts import PromptBuilder
@@ -34,19 +33,10 @@ CURVE_SIZES = (1, 4, 8, 12, 16, 20, 24, 32, 48, 64)
 
 
 def verify_curve(engine: Engine, context: int = 384, rounds: int = 7, repeats: int = 5) -> dict[int, float]:
-    """Median seconds of one verification of ``s`` chain tokens at ``context``, by ``s``."""
-    probe = engine.verify_probe()
-    probe.reserve(context + max(CURVE_SIZES), max(CURVE_SIZES))
-    times: dict[int, list[float]] = {s: [] for s in CURVE_SIZES}
-    for _ in range(rounds):  # sizes interleaved, so a slow spell hits all of them
-        for s in CURVE_SIZES:
-            step = probe.probe(torch.randint(2, 4000, (s,)), context)
-            step()
-            t0 = time.perf_counter()
-            for _ in range(repeats):
-                step()
-            times[s].append((time.perf_counter() - t0) / repeats)
-    return {s: statistics.median(v) for s, v in times.items()}
+    """Median seconds of one verification of ``s`` chain tokens at ``context``, by ``s``: the
+    calibration grid's own probe (:func:`~bastion.calibration.grid.probe_grid`) at one context."""
+    grid = Grid(CURVE_SIZES, (context,), warmup=1, repeats=repeats, rounds=rounds)
+    return {row["s"]: row["latency_s"] for row in probe_grid(engine.verify_probe(), grid)}
 
 
 def decoder_for(engine: Engine, variant: str, cal: Calibration):
