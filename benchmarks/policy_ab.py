@@ -9,7 +9,8 @@ the others, for ``--reps`` rounds, on the default run's own prompts (the tiny ex
 sets, ``max_samples`` and seed from config.yaml's defaults: 8 prompts each, 128 new
 tokens; ``--sets`` takes other datasets or prompt files).  Variants: ``ar``, ``dflash``,
 ``nmin=N`` (BASTION's adaptive rule with that minimum tree and bucket width, on the given
-calibration) and ``fixed=N`` (BASTION's N most probable nodes).  ``--curve`` first prints the engine's verification time by tree size
+calibration), ``free=N`` (the same rule and minimum without buckets: any count from N up)
+and ``fixed=N`` (BASTION's N most probable nodes).  ``--curve`` first prints the engine's verification time by tree size
 at context 384 (median of 7 rounds of 5), the shape the rule's cost model smooths over.
 """
 
@@ -45,10 +46,12 @@ def decoder_for(engine: Engine, variant: str, cal: Calibration):
     kind, _, value = variant.partition("=")
     if kind == "nmin":
         policy = TreePolicy(n_min=int(value), n_max=max(int(value), cal.max_s))
+    elif kind == "free":
+        policy = TreePolicy(n_min=int(value), n_max=max(int(value), cal.max_s), bucket=False)
     elif kind == "fixed":
         policy = TreePolicy(budget=int(value))
     else:
-        raise SystemExit(f"unknown variant {variant!r}: use ar, dflash, nmin=N or fixed=N")
+        raise SystemExit(f"unknown variant {variant!r}: use ar, dflash, nmin=N, free=N or fixed=N")
     return engine.decoder("bastion", policy, cal.cost_model, cal.overheads)
 
 

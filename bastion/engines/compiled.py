@@ -37,6 +37,7 @@ def fuse(engine: StaticEngine, compile: bool | None = None) -> None:
     # BASTION_DRAFTER=module keeps the drafter's own layers (as the static engine runs them)
     if engine.drafter is not None and FusedDrafter.supports(engine.drafter) and os.environ.get("BASTION_DRAFTER") != "module":
         engine.fused_drafter = FusedDrafter(engine.drafter, compile=on, layers=engine.fused)
+    engine.steps_compiled = on
     if on:  # dynamic from the start: a static first graph is recompiled at the first new size
         engine.select = torch.compile(engine.select, dynamic=True)
         engine.build = torch.compile(engine.build, dynamic=True)

@@ -22,7 +22,9 @@ are never compiled.
 None of them reads a device value on the host, so a step has one host synchronisation:
 the decoder's read of the readback vector (the previous step's tokens and this step's
 node count).  The semantics are those of :mod:`bastion.engines.eager` exactly; the functions
-reuse its tree, acceptance and cost-curve code.
+reuse its tree, acceptance and cost-curve code.  On an uncompiled CPU engine ``rank`` and
+``build`` take the best-first walk of :mod:`bastion.speculative.best_first` (the same
+trees): ``rank`` keeps the walk on the host and ``build`` writes its first n nodes.
 """
 
 from __future__ import annotations
@@ -42,10 +44,12 @@ from bastion.engines.kernels import row_argmax
 from bastion.engines.rule_count import RuleCount
 from bastion.engines.static_cache import ContextTooLongError, StaticKVCache
 from bastion.engines.static_layers import FusedLayers
+from bastion.defaults import torch_references_forced
 from bastion.models.eagle3 import Eagle3Drafter
 from bastion.models.target import Target
 from bastion.speculative.accept import accept
-from bastion.speculative.path_rank import top_paths
+from bastion.speculative.best_first import Walk, tree_arrays, walk
+from bastion.speculative.path_rank import ranked_count, top_paths
 from bastion.speculative.tree import (
     Tree,
     TreePolicy,
@@ -90,6 +94,8 @@ class StaticEngine:
         self.attention = static_attention.register() if target.attn_impl == "sdpa" else None
         self.fused: FusedLayers | None = None
         self.fused_drafter = None  # the compiled engine's drafter layers (same call as the drafter)
+        self.steps_compiled = False  # select, build and commit through torch.compile (set by compiled.fuse)
+        self._walk: Walk | None = None  # the CPU's last best-first walk (rank), which build reads
         if fused:  # the compiled engine (bastion.engines.compiled)
             compiled.fuse(self)
         if drafter is not None:
@@ -198,6 +204,8 @@ class StaticEngine:
 
         Returns how many paths exist (fewer than ``m`` when the whole space was ranked).
         """
+        if self.walks_on_host():
+            return self._rank_host(m, policy, cost_model, fixed_cost)
         logp, depth, local, par_local, rank = top_paths(self.logq, m)
         got = logp.shape[0]
         for name, t in (("depth", depth), ("local", local), ("par_local", par_local), ("rank", rank)):
@@ -208,8 +216,30 @@ class StaticEngine:
             self.count(logp, policy, cost_model, fixed_cost, self.length, self.readback[1:2])
         return got
 
+    def walks_on_host(self) -> bool:
+        """Rank and build by the best-first walk (:mod:`bastion.speculative.best_first`): an
+        uncompiled CPU engine, unless ``BASTION_RANK=torch`` asks for the torch references."""
+        return self.device.type == "cpu" and not self.steps_compiled and not torch_references_forced()
+
+    def _rank_host(self, m: int, policy: TreePolicy, cost_model, fixed_cost: float) -> int:
+        """:meth:`rank` on a CPU: the walk pops only the paths the count needs; :meth:`build` reads it."""
+        logq = self.logq.numpy()  # [D, K] fp32
+        got = ranked_count(logq.shape[0], logq.shape[1], m)
+        curve = None
+        if policy.budget is None:  # C(n) as far as the count reads it, as RuleCount evaluates it
+            curve = cost_model.curve_at(int(self.length), min(policy.n_max, got))
+        self._walk = walk(logq[:, :m].tolist(), got, policy, curve, fixed_cost)
+        self.readback[1].fill_(self._walk.count)
+        return got
+
     def build(self, ranked: bool, n: int) -> None:
         """Compile the ``n``-node tree (n > 1) into the tree buffers: ranked paths (BASTION) or a chain."""
+        if ranked and self.walks_on_host():
+            arrays = tree_arrays(self._walk, self.top_tok.numpy(), int(self.root), n)
+            for buf, a in zip((self.tree_tokens, self.tree_parents, self.tree_depths), arrays):
+                buf.numpy()[:n] = a
+            self.tree_anc.numpy()[:n, :n] = arrays[3]
+            return
         if ranked:
             tree = paths_tree(self.root, self.top_tok, self.paths["depth"], self.paths["local"], self.paths["par_local"],
                               self.paths["rank"], n, self.n_max)

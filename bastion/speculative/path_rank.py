@@ -25,6 +25,8 @@ Both read the same fp32 sums ``prev[row] + logq[d, col]``, computed the same way
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
@@ -52,6 +54,12 @@ def _kept(d_max: int, k: int, m: int) -> list[int]:
         width = min(m, width * k)
         sizes.append(width)
     return sizes
+
+
+@functools.lru_cache(maxsize=1024)
+def ranked_count(d_max: int, k: int, m: int) -> int:
+    """How many paths :func:`top_paths` returns for ``m``: ``m``, or all there are if fewer."""
+    return min(m, sum(_kept(d_max, k, m)))
 
 
 _CANDIDATES: dict[tuple[int, int, int, str], torch.Tensor] = {}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from bastion.costmodel.model import StepOverheads
 from bastion.engines.choice import check_engine
 from bastion.engines.eager import EagerDecoder
 from bastion.engines.factory import Engine
@@ -155,6 +156,33 @@ def test_sampling_follows_the_same_draws():
             for dec in (EagerDecoder(target, method, drafter, policy, cm, ov), StaticDecoder(engine, method, policy, cm, ov)):
                 outs.append(dec.generate([5, 6, 7], 30, temperature=0.8, generator=torch.Generator().manual_seed(seed)))
             _same(*outs)
+
+
+def test_the_cpu_walk_builds_the_torch_references_trees(monkeypatch):
+    """The CPU's best-first walk and the torch references (what a GPU without Triton runs)
+    build the same trees: at T > 0 the draws depend on every tree, so equal tokens and
+    equal tree sizes at every step say the trees were equal."""
+    model = tiny_target(seed=9, scale=6.0)  # peaked drafts: the count varies from step to step
+    target = Target(model)
+    drafter = tiny_drafter(model, block_size=6)
+    cm, _ = _cost_model(model)
+    ov = StepOverheads(1e-2, 1e-2)
+    engine = StaticEngine(target, drafter, 128, 64)
+    sizes = set()
+    for policy in (TreePolicy(n_min=2, n_max=64), TreePolicy(n_min=2, n_max=64, bucket=False), TreePolicy(budget=9)):
+        for seed in range(3):
+            runs = []
+            for forced in (False, True):
+                with monkeypatch.context() as m:
+                    if forced:
+                        m.setenv("BASTION_RANK", "torch")
+                    dec = StaticDecoder(engine, "bastion", policy, cm, ov)
+                    runs.append(dec.generate([5, 6, 7], 30, temperature=0.8, generator=torch.Generator().manual_seed(seed)))
+            walked, reference = runs
+            assert walked.output_ids == reference.output_ids, (policy, seed)
+            assert [s.tree_size for s in walked.steps] == [s.tree_size for s in reference.steps], (policy, seed)
+            sizes.update(s.tree_size for s in walked.steps)
+    assert len(sizes) > 3  # the adaptive rule chose several sizes: the count was exercised, not only the budget
 
 
 def test_one_host_sync_per_step(monkeypatch):

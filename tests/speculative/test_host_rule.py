@@ -35,6 +35,8 @@ def test_curve_and_count_on_the_host_equal_the_torch_path(monkeypatch):
     for model, n_max, c in itertools.product(models, (31, 64, 8192), (0, 97, torch.tensor(1500), 30000)):
         host, ref = _both(monkeypatch, functools.partial(model.curve, c, n_max))
         assert host.dtype == ref.dtype == torch.float64 and torch.equal(host, ref)
+        lazy = model.curve_at(int(c), n_max)  # the best-first walk's element-by-element curve
+        assert len(lazy) == n_max + 2 and [lazy[n] for n in range(n_max + 2)] == ref.tolist()
     for model, n, n_min, n_max, scale in itertools.product(models, (1, 7, 31, 127), (1, 8, 32), (64, 256), (0.05, 0.3, 2.0)):
         if n > n_max - 1 or n_min > n_max:
             continue
