@@ -486,7 +486,11 @@ def _tied_logprobs(seed: int, d: int, v: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_tied_inputs_give_identical_trees(seed):
+@pytest.mark.parametrize("rank", ["walk", "torch"])
+def test_tied_inputs_give_identical_trees(seed, rank, monkeypatch):
+    """Both of build_tree's paths (the CPU's best-first walk, the torch references a GPU runs) against the oracle."""
+    if rank == "torch":
+        monkeypatch.setenv("BASTION_RANK", "torch")
     d, v = 3 + seed % 4, 6 + seed % 5
     logq = _tied_logprobs(seed, d, v)
     curve, fixed = _cost_curve(seed, 96)
