@@ -22,9 +22,9 @@ are never compiled.
 None of them reads a device value on the host, so a step has one host synchronisation:
 the decoder's read of the readback vector (the previous step's tokens and this step's
 node count).  The semantics are those of :mod:`bastion.engines.eager` exactly; the functions
-reuse its tree, acceptance and cost-curve code.  On an uncompiled CPU engine ``rank`` and
-``build`` take the best-first walk of :mod:`bastion.speculative.best_first` (the same
-trees): ``rank`` keeps the walk on the host and ``build`` writes its first n nodes.
+reuse its tree, acceptance and cost-curve code.  The tree phase (select, rank, build) lives
+in :mod:`bastion.engines.static_tree`, which on an uncompiled CPU engine ranks and builds by
+a best-first walk on the host (the same trees).
 """
 
 from __future__ import annotations
@@ -38,25 +38,17 @@ from bastion.engines import (
     static_attention,
     static_dflash,
     static_eagle3,
+    static_tree,
 )
 from bastion.engines.graphs import GraphRunner, read_to_host
-from bastion.engines.kernels import row_argmax
 from bastion.engines.rule_count import RuleCount
 from bastion.engines.static_cache import ContextTooLongError, StaticKVCache
 from bastion.engines.static_layers import FusedLayers
-from bastion.defaults import torch_references_forced
 from bastion.models.eagle3 import Eagle3Drafter
 from bastion.models.target import Target
 from bastion.speculative.accept import accept
-from bastion.speculative.best_first import Walk, tree_arrays, walk
-from bastion.speculative.path_rank import ranked_count, top_paths
-from bastion.speculative.tree import (
-    Tree,
-    TreePolicy,
-    chain_tree,
-    draft_topk,
-    paths_tree,
-)
+from bastion.speculative.best_first import Walk
+from bastion.speculative.tree import Tree, TreePolicy
 from dflash import DFlashDraftModel
 
 
@@ -95,7 +87,7 @@ class StaticEngine:
         self.fused: FusedLayers | None = None
         self.fused_drafter = None  # the compiled engine's drafter layers (same call as the drafter)
         self.steps_compiled = False  # select, build and commit through torch.compile (set by compiled.fuse)
-        self._walk: Walk | None = None  # the CPU's last best-first walk (rank), which build reads
+        self.host_walk: Walk | None = None  # an uncompiled CPU engine's last best-first walk (static_tree)
         if fused:  # the compiled engine (bastion.engines.compiled)
             compiled.fuse(self)
         if drafter is not None:
@@ -193,62 +185,19 @@ class StaticEngine:
         static_eagle3.draft(self, kv, prompt)
 
     def select(self, temperature: float) -> None:
-        """Each depth's top-k draft log-probabilities at the sampling temperature (1 for greedy)."""
-        # the width as the view's size, not the int: compiled with dynamic shapes, one graph serves every width
-        logq, tok = draft_topk(self.draft_out, temperature, self.logq.shape[1])
-        self.logq.copy_(logq)
-        self.top_tok.copy_(tok)
+        """Each depth's top-k draft log-probabilities (:func:`bastion.engines.static_tree.select`)."""
+        static_tree.select(self, temperature)
 
     def rank(self, m: int, policy: TreePolicy, cost_model, fixed_cost: float) -> int:
-        """Rank the best ``m`` paths; write the rule's node count into the readback vector.
+        """Rank the best ``m`` paths and write the rule's node count into the readback vector.
 
         Returns how many paths exist (fewer than ``m`` when the whole space was ranked).
         """
-        if self.walks_on_host():
-            return self._rank_host(m, policy, cost_model, fixed_cost)
-        logp, depth, local, par_local, rank = top_paths(self.logq, m)
-        got = logp.shape[0]
-        for name, t in (("depth", depth), ("local", local), ("par_local", par_local), ("rank", rank)):
-            self.paths[name][:got].copy_(t)
-        if policy.budget is not None:
-            self.readback[1].fill_(min(policy.budget, got + 1))
-        else:
-            self.count(logp, policy, cost_model, fixed_cost, self.length, self.readback[1:2])
-        return got
-
-    def walks_on_host(self) -> bool:
-        """Rank and build by the best-first walk (:mod:`bastion.speculative.best_first`): an
-        uncompiled CPU engine, unless ``BASTION_RANK=torch`` asks for the torch references."""
-        return self.device.type == "cpu" and not self.steps_compiled and not torch_references_forced()
-
-    def _rank_host(self, m: int, policy: TreePolicy, cost_model, fixed_cost: float) -> int:
-        """:meth:`rank` on a CPU: the walk pops only the paths the count needs; :meth:`build` reads it."""
-        logq = self.logq.numpy()  # [D, K] fp32
-        got = ranked_count(logq.shape[0], logq.shape[1], m)
-        curve = None
-        if policy.budget is None:  # C(n) as far as the count reads it, as RuleCount evaluates it
-            curve = cost_model.curve_at(int(self.length), min(policy.n_max, got))
-        self._walk = walk(logq[:, :m].tolist(), got, policy, curve, fixed_cost)
-        self.readback[1].fill_(self._walk.count)
-        return got
+        return static_tree.rank(self, m, policy, cost_model, fixed_cost)
 
     def build(self, ranked: bool, n: int) -> None:
         """Compile the ``n``-node tree (n > 1) into the tree buffers: ranked paths (BASTION) or a chain."""
-        if ranked and self.walks_on_host():
-            arrays = tree_arrays(self._walk, self.top_tok.numpy(), int(self.root), n)
-            for buf, a in zip((self.tree_tokens, self.tree_parents, self.tree_depths), arrays):
-                buf.numpy()[:n] = a
-            self.tree_anc.numpy()[:n, :n] = arrays[3]
-            return
-        if ranked:
-            tree = paths_tree(self.root, self.top_tok, self.paths["depth"], self.paths["local"], self.paths["par_local"],
-                              self.paths["rank"], n, self.n_max)
-        else:  # the drafter's greedy block after the root (DFlash); AR's root alone is build_root
-            tree = chain_tree(self.root, row_argmax(self.draft_out[: n - 1], self.argmax_chunks))
-        self.tree_tokens[:n].copy_(tree.tokens)
-        self.tree_parents[:n].copy_(tree.parents)
-        self.tree_depths[:n].copy_(tree.depths)
-        self.tree_anc[:n, :n].copy_(tree.ancestors)
+        static_tree.build(self, ranked, n)
 
     def verify(self, n: int, kv: int, greedy: bool, features: bool | str) -> None:
         """Target forward over the ``n`` tree nodes with a [n, kv] mask; proposals or logits out.
