@@ -56,13 +56,20 @@ def continue_prompts(
     sample_frac: float,
     eos_id: int | None,
     seed: int,
+    deadline: float | None = None,
 ) -> list[np.ndarray]:
-    """Prompt + continuation per row; greedy for most rows, T = 1 samples for ``sample_frac``."""
+    """Prompt + continuation per row; greedy for most rows, T = 1 samples for ``sample_frac``.
+
+    Past ``deadline`` (a ``time.monotonic()`` value) no new batch starts, so a time-boxed
+    run keeps what it generated instead of being killed with nothing saved.
+    """
     device = next(model.parameters()).device
     torch.manual_seed(seed)
     docs: list[np.ndarray] = []
     n_sampled = int(round(sample_frac * len(prompts)))
     for start in range(0, len(prompts), batch_size):
+        if deadline is not None and time.monotonic() > deadline:
+            break
         chunk = torch.as_tensor(prompts[start : start + batch_size], device=device)
         sampled = start >= len(prompts) - n_sampled
         kwargs = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0) if sampled else dict(do_sample=False)
@@ -107,11 +114,13 @@ def continue_ragged(
     pad_id: int,
     eos_id: int | None,
     seed: int,
-) -> list[np.ndarray]:
+    deadline: float | None = None,
+) -> list[np.ndarray | None]:
     """Like ``continue_prompts`` for prompts of different lengths (left padding, mask).
 
     Returns prompt + continuation per prompt, in the input order; a continuation is cut
-    at the first EOS.
+    at the first EOS.  Greedy prompts go first; past ``deadline`` no new batch starts and
+    the prompts not reached get ``None`` (never without a deadline).
     """
     device = next(model.parameters()).device
     torch.manual_seed(seed)
@@ -120,6 +129,8 @@ def continue_ragged(
         idx = sorted((i for i in range(len(prompts)) if sampled[i] == mode), key=lambda i: len(prompts[i]))
         kwargs = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0) if mode else dict(do_sample=False)
         for start in range(0, len(idx), batch_size):
+            if deadline is not None and time.monotonic() > deadline:
+                break
             rows = idx[start : start + batch_size]
             width = max(len(prompts[i]) for i in rows)
             ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
@@ -139,7 +150,7 @@ def continue_ragged(
                     if hit.size:
                         cont = cont[: hit[0]]
                 docs[i] = np.concatenate([prompts[i], cont])
-    return docs  # type: ignore[return-value]
+    return docs
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -161,6 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32"])
+    ap.add_argument("--max-seconds", type=float, default=0,
+                    help="start no new batch after this many seconds of generation and save what is done (0: no limit)")
     args = ap.parse_args(argv)
     if not 0.0 <= args.sample_frac <= 1.0:
         ap.error(f"--sample-frac must be in [0, 1], got {args.sample_frac}")
@@ -169,6 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     eos = model.config.eos_token_id
     eos = eos[0] if isinstance(eos, (list, tuple)) else eos
     t0 = time.perf_counter()
+    deadline = time.monotonic() + args.max_seconds if args.max_seconds > 0 else None
     if args.prompt_file:
         from transformers import AutoTokenizer
 
@@ -179,21 +193,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         plist = base + [base[i] for i in pick for _ in range(args.sampled_copies)]
         flags = [False] * len(base) + [True] * (len(plist) - len(base))
         pad = model.config.pad_token_id if model.config.pad_token_id is not None else (eos if eos is not None else 0)
-        docs = continue_ragged(model, plist, flags, args.new_tokens, args.batch_size, pad, eos, args.seed)
-        n_prompt = sum(len(p) for p in plist)
+        got = continue_ragged(model, plist, flags, args.new_tokens, args.batch_size, pad, eos, args.seed, deadline)
+        docs = [d for d in got if d is not None]
+        n_prompt = sum(len(p) for p, d in zip(plist, got) if d is not None)
+        planned = len(plist)
     else:
         if not args.data:
             ap.error("give --data (random windows) or --prompt-file")
         tokens = np.load(args.data)
         prompts = sample_prompts(tokens, args.prompts, args.prompt_len, eos, np.random.default_rng(args.seed))
-        docs = continue_prompts(model, prompts, args.new_tokens, args.batch_size, args.sample_frac, eos, args.seed)
-        n_prompt = prompts.size
+        docs = continue_prompts(model, prompts, args.new_tokens, args.batch_size, args.sample_frac, eos, args.seed,
+                                deadline)
+        n_prompt = prompts.shape[1] * len(docs)
+        planned = len(prompts)
+    if not docs:
+        print(f"error: --max-seconds {args.max_seconds} ended generation before the first batch", file=sys.stderr)
+        return 1
     sep = [] if eos is None else [eos]
     flat = np.concatenate([np.concatenate([d, sep]) for d in docs]).astype(np.int32)
     np.save(args.out, flat)
     gen = sum(len(d) for d in docs) - n_prompt
     dt = time.perf_counter() - t0
-    print(f"distill: {len(docs)} documents, {gen:,} generated tokens, {flat.size:,} total, {dt:.1f}s ({gen / dt:,.0f} tok/s)")
+    print(f"distill: {len(docs)} documents (of {planned}), {gen:,} generated tokens, {flat.size:,} total, {dt:.1f}s ({gen / dt:,.0f} tok/s)")
     return 0
 
 

@@ -89,3 +89,43 @@ def test_package_prompts_alternate_packages_so_a_prefix_holds_all():
     names = [r["module"].split(":")[0] for r in recs]
     assert len(recs) == 12 and names[:3] == ["networkx", "click", "jinja2"]
     assert {n: names.count(n) for n in set(names)} == {"networkx": 4, "click": 4, "jinja2": 4}
+
+
+def _fake_site(root: Path, monkeypatch) -> None:
+    """Two fake installed packages: one with a header copied from an excluded package."""
+    from tools.tiny_pair import package_train_prompts as ptp
+
+    for name in ("alpha", "beta"):
+        pkg = root / "site-packages" / name
+        (pkg / "tests").mkdir(parents=True)
+        (pkg / "_vendor").mkdir()
+        (pkg / "__init__.py").write_text("".join(FUNC.format(name=f"{name}_{i}", doc=f"{name} {i}") for i in range(5)))
+        (pkg / "tests" / "test_x.py").write_text(FUNC.format(name="in_tests", doc="test folder"))
+        (pkg / "_vendor" / "v.py").write_text(FUNC.format(name="vendored", doc="vendored copy"))
+    (root / "site-packages" / "beta" / "copied.py").write_text(SHARED)
+    monkeypatch.setattr(ptp, "package_dir", lambda name: root / "site-packages" / name)
+    monkeypatch.setattr(ptp, "excluded_header_texts", lambda *a, **k: {SHARED.rsplit("    y = x", 1)[0]})
+
+
+def test_package_training_headers_skip_tests_vendored_and_excluded_copies(tmp_path, monkeypatch):
+    from tools.tiny_pair import package_train_prompts as ptp
+
+    _fake_site(tmp_path, monkeypatch)
+    recs = ptp.build_records(["alpha", "beta"], per_package=10, seed=1)
+    text = "".join(r["turns"][0] for r in recs)
+    assert [r["file"].split(":")[0] for r in recs] == ["alpha"] * 5 + ["beta"] * 5
+    assert "test folder" not in text and "vendored copy" not in text
+    assert "Copied between modules" not in text  # its header text belongs to an excluded package
+    capped = ptp.build_records(["alpha", "beta"], per_package=3, seed=1)
+    assert [r["file"].split(":")[0] for r in capped] == ["alpha"] * 3 + ["beta"] * 3
+    assert len({r["turns"][0] for r in capped}) == 6
+    assert ptp.build_records(["alpha", "beta"], per_package=3, seed=1) == capped  # seeded
+
+
+def test_package_training_headers_refuse_the_packages_we_measure_on():
+    from tools.tiny_pair import package_train_prompts as ptp
+
+    for name in ("yaml", "pygments", "rich", "pip"):
+        with pytest.raises(SystemExit, match=rf"{name} must stay out of the drafter's training data"):
+            ptp.build_records(["numpy", name], per_package=1)
+    assert not set(ptp.TRAINING_PACKAGES) & ptp.EXCLUDED

@@ -7,6 +7,10 @@
 #      $WINDOWS (default 16,384) random training windows (10% sampled); the validation
 #      headers' continuations as validation data.  Rounds that fine-tune an earlier drafter
 #      should set a new $DATA_SEED (default 20), or they see the same samples again;
+#      With $PKG_PROMPTS (a .jsonl from tools.tiny_pair.package_train_prompts: headers of
+#      third-party packages) those headers are continued too, greedy and $PKG_SAMPLED_COPIES
+#      (default 1) times sampled.  Each generator stops starting batches 30 s before
+#      $GEN_SECONDS and keeps what it has;
 #   2. 2-layer candidates in parallel (a 3-layer drafter would break the 32 MiB package
 #      limit), one per line of $CANDIDATES (name, then dflash.train arguments).  The default
 #      is session 6's three: a (from scratch, as stage 3 of train_tiny_pair.sh), b (fine-tuned
@@ -40,15 +44,23 @@ np.save(sys.argv[3], np.asarray(ids, dtype=np.int32))
 print("train tokens", len(ids))
 PY
 stage tokens $? $((SECONDS-t)); t=$SECONDS
-gen() { timeout $GEN_SECONDS python -m dflash.distill_data --target $TT "$@"; }
+PKG_PROMPTS=${PKG_PROMPTS:-}; PKG_SAMPLED_COPIES=${PKG_SAMPLED_COPIES:-1}
+gen() { timeout $GEN_SECONDS python -m dflash.distill_data --target $TT --max-seconds $((GEN_SECONDS - 30)) "$@"; }
 gen --prompt-file $C/train_prompts.jsonl --out $W/dp.npy --new-tokens 256 --batch-size 2048 --sample-frac 1.0 \
   --sampled-copies $SAMPLED_COPIES --seed $DATA_SEED > "$L/distill_prompts.log" 2>&1 &
 gen --data $W/train_tokens.npy --out $W/dw.npy --prompts $WINDOWS --prompt-len 64 --new-tokens 256 --batch-size 2048 \
   --sample-frac 0.1 --seed $((DATA_SEED + 1)) > "$L/distill_windows.log" 2>&1 &
 gen --prompt-file $C/valid_prompts.jsonl --out $W/dv.npy --new-tokens 256 --batch-size 512 --sample-frac 0.5 \
   --sampled-copies 1 --seed 1 > "$L/distill_valid.log" 2>&1 &
+[ -n "$PKG_PROMPTS" ] && gen --prompt-file "$PKG_PROMPTS" --out $W/dk.npy --new-tokens 256 --batch-size 2048 \
+  --sample-frac 1.0 --sampled-copies $PKG_SAMPLED_COPIES --seed $((DATA_SEED + 2)) > "$L/distill_packages.log" 2>&1 &
 wait
-python -c "import numpy as np;np.save('$W/d.npy',np.concatenate([np.load('$W/dp.npy'),np.load('$W/dw.npy')]))"
+python - $W/dp.npy $W/dw.npy $W/dk.npy <<'PY'
+import os, sys, numpy as np
+parts = [np.load(p) for p in sys.argv[1:] if os.path.exists(p)]
+np.save(os.path.join(os.path.dirname(sys.argv[1]), "d.npy"), np.concatenate(parts))
+print("training tokens", sum(len(p) for p in parts), "from", len(parts), "generators")
+PY
 stage distill $? $((SECONDS-t)); grep -h distill: $L/distill_*.log
 t=$SECONDS
 train() { name=$1; shift; timeout $((TRAIN_SECONDS+60)) python -m dflash.train --target $TT --data $W/d.npy --val-data $W/dv.npy \
