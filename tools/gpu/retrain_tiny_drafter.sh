@@ -6,7 +6,7 @@
 #      and $SAMPLED_COPIES times (default 1) sampled at T = 1, and greedy continuations of
 #      $WINDOWS (default 16,384) random training windows (10% sampled); the validation
 #      headers' continuations as validation data.  Rounds that fine-tune an earlier drafter
-#      should set a new $DATA_SEED (default 20), or they see the same samples again;
+#      should set a new $DATA_SEED (default 20), or they see the same samples again.
 #      With $PKG_PROMPTS (a .jsonl from tools.tiny_pair.package_train_prompts: headers of
 #      third-party packages) those headers are continued too, greedy and $PKG_SAMPLED_COPIES
 #      (default 1) times sampled.  Each generator stops starting batches 30 s before
@@ -45,6 +45,7 @@ print("train tokens", len(ids))
 PY
 stage tokens $? $((SECONDS-t)); t=$SECONDS
 PKG_PROMPTS=${PKG_PROMPTS:-}; PKG_SAMPLED_COPIES=${PKG_SAMPLED_COPIES:-1}
+rm -f $W/dp.npy $W/dw.npy $W/dk.npy  # an earlier run's files in the same $WORK must not join this one's data
 gen() { timeout $GEN_SECONDS python -m dflash.distill_data --target $TT --max-seconds $((GEN_SECONDS - 30)) "$@"; }
 gen --prompt-file $C/train_prompts.jsonl --out $W/dp.npy --new-tokens 256 --batch-size 2048 --sample-frac 1.0 \
   --sampled-copies $SAMPLED_COPIES --seed $DATA_SEED > "$L/distill_prompts.log" 2>&1 &

@@ -53,8 +53,7 @@ TRAINING_PACKAGES = (
 SKIPPED_DIRS = ("test", "vendor", "extern")
 
 
-def _files(name: str) -> list[Path]:
-    root = package_dir(name)
+def _files(root: Path) -> list[Path]:
     if root.is_file():
         return [root]
     return sorted(p for p in root.rglob("*.py")
@@ -65,7 +64,7 @@ def package_headers(name: str, max_chars: int = DEFAULT_MAX_PROMPT_CHARS) -> lis
     """Every qualifying header of one package, as ``{"turns", "file", "function", "lineno"}``."""
     root = package_dir(name)
     out = []
-    for path in _files(name):
+    for path in _files(root):
         try:
             source = path.read_text(encoding="utf-8")
         except (UnicodeDecodeError, OSError):
