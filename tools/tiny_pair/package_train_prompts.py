@@ -26,6 +26,7 @@ import argparse
 import json
 import random
 import sys
+from collections import Counter
 from pathlib import Path
 
 from tools.tiny_pair.package_prompts import package_dir
@@ -140,9 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     with args.out.open("w", encoding="utf-8", newline="\n") as fh:
         for r in recs:
             fh.write(json.dumps(r, ensure_ascii=False) + "\n")
-    per = {}
-    for r in recs:
-        per[r["file"].split(":")[0]] = per.get(r["file"].split(":")[0], 0) + 1
+    per = Counter(r["file"].split(":")[0] for r in recs)
     print(f"wrote {len(recs)} headers from {len(per)} packages to {args.out}: "
           + ", ".join(f"{k} {v}" for k, v in per.items()))
     return 0
