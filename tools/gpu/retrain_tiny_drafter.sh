@@ -9,8 +9,8 @@
 #      should set a new $DATA_SEED (default 20), or they see the same samples again.
 #      With $PKG_PROMPTS (a .jsonl from tools.tiny_pair.package_train_prompts: headers of
 #      third-party packages) those headers are continued too, greedy and $PKG_SAMPLED_COPIES
-#      (default 1) times sampled.  Each generator stops starting batches 30 s before
-#      $GEN_SECONDS and keeps what it has;
+#      (default 1) times sampled, $PKG_BATCH (default 2048) prompts a batch.  Each generator
+#      stops starting batches 30 s before $GEN_SECONDS and keeps what it has;
 #   2. 2-layer candidates in parallel (a 3-layer drafter would break the 32 MiB package
 #      limit), one per line of $CANDIDATES (name, then dflash.train arguments).  The default
 #      is session 6's three: a (from scratch, as stage 3 of train_tiny_pair.sh), b (fine-tuned
@@ -44,18 +44,28 @@ np.save(sys.argv[3], np.asarray(ids, dtype=np.int32))
 print("train tokens", len(ids))
 PY
 stage tokens $? $((SECONDS-t)); t=$SECONDS
-PKG_PROMPTS=${PKG_PROMPTS:-}; PKG_SAMPLED_COPIES=${PKG_SAMPLED_COPIES:-1}
+PKG_PROMPTS=${PKG_PROMPTS:-}; PKG_SAMPLED_COPIES=${PKG_SAMPLED_COPIES:-1}; PKG_BATCH=${PKG_BATCH:-2048}
 rm -f $W/dp.npy $W/dw.npy $W/dk.npy  # an earlier run's files in the same $WORK must not join this one's data
 gen() { timeout $GEN_SECONDS python -m dflash.distill_data --target $TT --max-seconds $((GEN_SECONDS - 30)) "$@"; }
+GENS=()  # "pid log" of each generator: one that fails (out of memory beside the others) stops the run
 gen --prompt-file $C/train_prompts.jsonl --out $W/dp.npy --new-tokens 256 --batch-size 2048 --sample-frac 1.0 \
-  --sampled-copies $SAMPLED_COPIES --seed $DATA_SEED > "$L/distill_prompts.log" 2>&1 &
+  --sampled-copies $SAMPLED_COPIES --seed $DATA_SEED > "$L/distill_prompts.log" 2>&1 & GENS+=("$! distill_prompts")
 gen --data $W/train_tokens.npy --out $W/dw.npy --prompts $WINDOWS --prompt-len 64 --new-tokens 256 --batch-size 2048 \
-  --sample-frac 0.1 --seed $((DATA_SEED + 1)) > "$L/distill_windows.log" 2>&1 &
+  --sample-frac 0.1 --seed $((DATA_SEED + 1)) > "$L/distill_windows.log" 2>&1 & GENS+=("$! distill_windows")
 gen --prompt-file $C/valid_prompts.jsonl --out $W/dv.npy --new-tokens 256 --batch-size 512 --sample-frac 0.5 \
-  --sampled-copies 1 --seed 1 > "$L/distill_valid.log" 2>&1 &
-[ -n "$PKG_PROMPTS" ] && gen --prompt-file "$PKG_PROMPTS" --out $W/dk.npy --new-tokens 256 --batch-size 2048 \
-  --sample-frac 1.0 --sampled-copies $PKG_SAMPLED_COPIES --seed $((DATA_SEED + 2)) > "$L/distill_packages.log" 2>&1 &
-wait
+  --sampled-copies 1 --seed 1 > "$L/distill_valid.log" 2>&1 & GENS+=("$! distill_valid")
+if [ -n "$PKG_PROMPTS" ]; then
+  gen --prompt-file "$PKG_PROMPTS" --out $W/dk.npy --new-tokens 256 --batch-size $PKG_BATCH \
+    --sample-frac 1.0 --sampled-copies $PKG_SAMPLED_COPIES --seed $((DATA_SEED + 2)) > "$L/distill_packages.log" 2>&1 &
+  GENS+=("$! distill_packages")
+fi
+failed=""
+for g in "${GENS[@]}"; do wait ${g% *} || failed="$failed ${g#* }"; done
+if [ -n "$failed" ]; then  # training on part of the data would look like a finished round
+  for f in $failed; do echo "== $f failed:"; tail -n 3 "$L/$f.log"; done
+  echo "error: generator(s)$failed failed; nothing was trained (lower PKG_BATCH if it ran out of GPU memory)"
+  tar czf "$OUT/logs.tgz" -C $W logs; exit 1
+fi
 python - $W/dp.npy $W/dw.npy $W/dk.npy <<'PY'
 import os, sys, numpy as np
 parts = [np.load(p) for p in sys.argv[1:] if os.path.exists(p)]

@@ -51,6 +51,23 @@ TRAINING_PACKAGES = (
     "markupsafe", "psutil", "triton", "annotated_types", "typing_inspection", "iniconfig",
     "shellingham", "termcolor", "throttler", "yte", "dpath", "configargparse", "immutables",
 )
+# session 21: the packages of tools/tiny_pair/package_train_requirements.txt, installed with
+# `pip install --target build/pkgs/site-packages` beside the environment (not into it)
+EXTRA_TRAINING_PACKAGES = (
+    "django", "tornado", "twisted", "aiohttp", "yarl", "multidict", "black", "mypy", "pylint",
+    "astroid", "isort", "pyflakes", "pycodestyle", "autopep8", "coverage", "boto3", "botocore",
+    "s3transfer", "celery", "kombu", "billiard", "vine", "redis", "pymongo", "bson", "gridfs",
+    "paramiko", "invoke", "fabric", "bs4", "html5lib", "soupsieve", "openpyxl", "et_xmlfile",
+    "xlrd", "reportlab", "sqlparse", "peewee", "marshmallow", "fastapi", "starlette", "uvicorn",
+    "gunicorn", "scrapy", "parsel", "w3lib", "pytz", "arrow", "humanize", "simplejson", "toml",
+    "tomlkit", "jedi", "parso", "prompt_toolkit", "IPython", "pexpect", "ptyprocess",
+    "more_itertools", "toolz", "dask", "xarray", "statsmodels", "patsy", "seaborn", "bokeh",
+    "nltk", "sklearn", "numba", "Cython", "sqlglot", "pyasn1", "rsa", "oauthlib", "cachetools",
+    "cerberus", "voluptuous", "wtforms", "bottle", "falcon", "cherrypy", "trio", "outcome",
+    "gevent", "eventlet", "pyglet", "astropy", "Bio", "ase", "music21", "scapy", "dns", "netaddr",
+    "pycparser", "ply", "lark", "jmespath", "jsonpointer", "jsonpatch", "jwt", "serial",
+    "zope.interface", "babel",
+)
 SKIPPED_DIRS = ("test", "vendor", "extern")
 
 
@@ -120,8 +137,8 @@ def build_records(packages: list[str], per_package: int, seed: int = 0,
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--package", action="append", help="a package to read (repeatable; default: TRAINING_PACKAGES "
-                    "that are installed here)")
+    ap.add_argument("--package", action="append", help="a package to read (repeatable; default: the TRAINING_PACKAGES "
+                    "and EXTRA_TRAINING_PACKAGES that are installed here)")
     ap.add_argument("--per-package", type=int, default=600)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-prompt-chars", type=int, default=DEFAULT_MAX_PROMPT_CHARS)
@@ -130,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         names = args.package
     else:
         names = []
-        for name in TRAINING_PACKAGES:
+        for name in TRAINING_PACKAGES + EXTRA_TRAINING_PACKAGES:
             try:
                 package_dir(name)
                 names.append(name)
