@@ -81,6 +81,27 @@ def test_package_prompts_are_headers_from_third_party_code_only():
         package_prompts.package_dir("no_such_package_here")
 
 
+def test_package_dir_is_the_folder_when_init_is_compiled(tmp_path, monkeypatch):
+    """mypyc-built packages (black, mypy, isort) have __init__.<abi>.so beside their .py files."""
+    import importlib
+    import importlib.machinery
+
+    from tools.tiny_pair import package_prompts
+    from tools.tiny_pair import package_train_prompts as ptp
+
+    pkg = tmp_path / "site-packages" / "compiledpkg"
+    pkg.mkdir(parents=True)
+    (pkg / f"__init__{importlib.machinery.EXTENSION_SUFFIXES[0]}").write_bytes(b"not loaded: only found")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "mod.py").write_text(FUNC.format(name="compiled_pkg_fn", doc="beside a compiled init"))
+    (tmp_path / "site-packages" / "single_mod.py").write_text(FUNC.format(name="single", doc="one module"))
+    monkeypatch.syspath_prepend(str(tmp_path / "site-packages"))
+    importlib.invalidate_caches()
+    assert package_prompts.package_dir("compiledpkg") == pkg
+    assert package_prompts.package_dir("single_mod") == tmp_path / "site-packages" / "single_mod.py"
+    assert [r["function"] for r in ptp.package_headers("compiledpkg")] == ["compiled_pkg_fn"]
+
+
 def test_package_prompts_alternate_packages_so_a_prefix_holds_all():
     """A big package must not fill the cap alone (networkx once took all 80 places)."""
     from tools.tiny_pair import package_prompts

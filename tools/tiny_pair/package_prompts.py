@@ -29,7 +29,9 @@ def package_dir(name: str) -> Path:
     origin = Path(spec.origin)
     if "site-packages" not in origin.parts and "dist-packages" not in origin.parts:
         raise SystemExit(f"error: {name!r} lives in {origin.parent}, not in site-packages: pick a third-party package")
-    return origin.parent if origin.name == "__init__.py" else origin
+    if spec.submodule_search_locations:  # a package: its folder, even when __init__ is compiled (mypyc, Cython)
+        return Path(next(iter(spec.submodule_search_locations)))
+    return origin
 
 
 def build_records(packages: list[str], cap: int, max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS) -> list[dict]:
