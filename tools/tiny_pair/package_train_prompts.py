@@ -17,7 +17,10 @@ occurs in one of them (vendored or copied code) is dropped:
 Packages that vendor a measured one (pip, setuptools) and the HumanEval harness are left
 out as well.
 
-    python -m tools.tiny_pair.package_train_prompts --out build/pkg_train_prompts.jsonl
+    pip install --no-deps --only-binary :all: --target build/pkgs/site-packages \
+        -r tools/tiny_pair/package_train_requirements.txt      # EXTRA_TRAINING_PACKAGES
+    PYTHONPATH=build/pkgs/site-packages \
+        python -m tools.tiny_pair.package_train_prompts --out build/pkg_train_prompts.jsonl
 """
 
 from __future__ import annotations
