@@ -19,6 +19,9 @@ static engine (``fused=True``) and not its default.
 from __future__ import annotations
 
 import functools
+import os
+import warnings
+from types import ModuleType
 from typing import Callable
 
 import torch
@@ -26,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bastion.engines.static_attention import grouped_attention, with_kernel
+from bastion.speculative.fused import use_triton
 
 # Query rows per K/V head up to which the compiled engine's attention runs as two batched
 # multiplies with one fused softmax between them.  The fused SDPA kernel does not split a
@@ -58,9 +62,13 @@ def pre_attention(x, ln, wqkv, qn, kn, cos, sin, kv, index, eps: float, head_dim
     a view taken inside the function (``kv[0]``) made it copy the layer's whole cache.  q
     leaves its kernel contiguous, so attention's grouped view of it is free.
     """
-    b, s, _ = x.shape
-    h = _rms(x, ln, eps)
-    q, k, v = F.linear(h, wqkv).split([wqkv.shape[0] - 2 * kv_width, kv_width, kv_width], dim=-1)
+    return after_qkv(F.linear(_rms(x, ln, eps), wqkv), qn, kn, cos, sin, kv, index, eps, head_dim, kv_width)
+
+
+def after_qkv(qkv, qn, kn, cos, sin, kv, index, eps: float, head_dim: int, kv_width: int):
+    """:func:`pre_attention` from the stacked projection ``qkv`` [1, s, (Hq + 2 Hkv) D] on."""
+    b, s, _ = qkv.shape
+    q, k, v = qkv.split([qkv.shape[-1] - 2 * kv_width, kv_width, kv_width], dim=-1)
     q, k, v = (t.reshape(b, s, -1, head_dim) for t in (q, k, v))
     if qn is not None:
         q, k = _rms(q, qn, eps), _rms(k, kn, eps)
@@ -113,6 +121,34 @@ def stack_rows(linears: list[nn.Linear]) -> torch.Tensor:
     return stacked
 
 
+def row_kernel(weight: torch.Tensor | None) -> ModuleType | None:
+    """:mod:`bastion.engines.row_kernels` where its kernels serve this model, else None.
+
+    They serve bf16 and fp16 weights on CUDA with Triton (``BASTION_ROW_KERNEL=0`` turns
+    them off).  fp32 keeps the matrix library: the fp32 checks that speculative outputs
+    equal AR's need AR's row and a tree's rows summed alike.  Kernels that fail to build on
+    this GPU are found here, once, with a warning.
+    """
+    if (weight is None or weight.dtype not in (torch.bfloat16, torch.float16) or not use_triton(weight.device)
+            or os.environ.get("BASTION_ROW_KERNEL", "1") == "0"):
+        return None
+    try:
+        from bastion.engines import row_kernels
+
+        dev, dt = weight.device, weight.dtype
+        x = torch.ones(1, 64, device=dev, dtype=dt)
+        w = torch.ones(32, 64, device=dev, dtype=dt)
+        row_kernels.row_linear(x, w, ln=x[0], eps=1e-6)
+        row_kernels.row_linear(torch.ones(1, 128, device=dev, dtype=dt), w, glu=True, residual=x[:, :32])
+        kv = torch.zeros(2, 1, 1, 4, 16, device=dev, dtype=dt)
+        row_kernels.row_qkv(torch.ones(1, 1, 48, device=dev, dtype=dt), x[0, :16], x[0, :16], x[:, None, :16],
+                            x[:, None, :16], kv, torch.zeros(1, dtype=torch.long, device=dev), 1e-6, 16, 16)
+    except Exception as exc:  # noqa: BLE001 - any build or launch failure: the matrix library serves
+        warnings.warn(f"the Triton row kernels failed on {weight.device} ({exc!r:.300}); the matrix library serves")
+        return None
+    return row_kernels
+
+
 class FusedLayers:
     """Runs the target's layers through :func:`pre_attention` / :func:`post_attention`."""
 
@@ -148,6 +184,8 @@ class FusedLayers:
         # windows: bastion.engines.tree_attention_kernel); the compiled form is its fallback.
         attend = functools.partial(grouped_attention, matmul_rows=COMPILED_MATMUL_ROWS)
         self.attend: Callable = with_kernel(compile_step_function(attend) if compile else attend)
+        # one-token forwards (AR's steps) run in the row kernels (bastion.engines.row_kernels)
+        self.rows = row_kernel(target.lm_head.weight) if compile else None
 
     @torch.no_grad()  # as Target.forward: a calibration probe outside a decoder must not build autograd graphs
     def forward(self, ids, positions, mask, cache, features: bool):
@@ -159,11 +197,24 @@ class FusedLayers:
         cfg = t.config
         rows = cfg.num_attention_heads // cfg.num_key_value_heads * ids.shape[1]  # query rows per K/V head
         attend = self.attend if rows <= COMPILED_MATMUL_ROWS else grouped_attention
+        small = self.rows is not None and x.shape[0] == 1 and x.shape[1] == 1
         for i, (pre_w, post_w, attn_mod) in enumerate(self.weights):
-            q = self.pre(x, *pre_w, cos, sin, cache.kv[i], cache.write_index)  # writes the layer's k/v
+            if small:  # [1, 1, H]: AR's row through the row kernels, norms and residuals inside them
+                ln, wqkv, qn, kn = pre_w
+                qkv = self.rows.row_linear(x[0], wqkv, ln=ln, eps=self.eps)[None]
+                q = self.rows.row_qkv(qkv, qn, kn, cos, sin, cache.kv[i], cache.write_index, self.eps,
+                                      self.head_dim, self.kv_width)
+            else:
+                q = self.pre(x, *pre_w, cos, sin, cache.kv[i], cache.write_index)  # writes the layer's k/v
             k_all, v_all = cache.window(i)
             out = attend(q, k_all, v_all, mask, attn_mod.scaling)  # [1, s, Hq, D]
-            x = self.post(x, out.reshape(x.shape[0], x.shape[1], -1), *post_w)
+            if small:
+                wo, ln, wgu, wd = post_w
+                h = self.rows.row_linear(out.reshape(1, -1), wo, residual=x[0])  # [1, H]
+                gu = self.rows.row_linear(h, wgu, ln=ln, eps=self.eps)  # [1, 2 I]
+                x = self.rows.row_linear(gu, wd, glu=True, residual=h)[None]
+            else:
+                x = self.post(x, out.reshape(x.shape[0], x.shape[1], -1), *post_w)
             tap = t._tap.get(i)
             if tap is not None and features and i != t.num_layers - 1:
                 taps[tap] = x

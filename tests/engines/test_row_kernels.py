@@ -1,0 +1,130 @@
+"""The fused row kernel (AR's products) against the layers' own arithmetic, its wiring into the layers, and its dispatch."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from bastion.engines import static_layers
+from bastion.engines.static_layers import row_kernel
+
+# Runs in a subprocess with TRITON_INTERPRET=1 (the kernel's code on the CPU) unless a GPU is there.
+KERNEL_CHECK = r"""
+import itertools, torch, torch.nn.functional as F
+from bastion.engines.row_kernels import row_linear
+
+dev = "cuda" if torch.cuda.is_available() else "cpu"
+gen = torch.Generator().manual_seed(0)
+
+def rms(x, w, eps):
+    h = x.float()
+    return w * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+cases, worst = 0, 0.0
+# K: whole blocks and a ragged end; N: a ragged last block of outputs; one and several K blocks
+m = 1
+for (n, k), setting in itertools.product([(48, 96), (40, 72), (5, 300)], [(8, 32, 2), (16, 64, 4), (4, 512, 1)]):
+    t = lambda *s: torch.randn(*s, generator=gen).to(dev)
+    w, x, xg, r, ln = t(n, k), t(m, k), t(m, 2 * k), t(m, n), t(k).abs() + 0.5
+    for name, got, ref in (
+        ("plain", row_linear(x, w, setting=setting), F.linear(x, w)),
+        ("norm", row_linear(x, w, ln=ln, eps=1e-6, setting=setting), F.linear(rms(x, ln, 1e-6), w)),
+        ("residual", row_linear(x, w, residual=r, setting=setting), r + F.linear(x, w)),
+        ("glu", row_linear(xg, w, glu=True, residual=r, setting=setting), r + F.linear(F.silu(xg[:, :k]) * xg[:, k:], w)),
+    ):
+        assert got.shape == ref.shape == (m, n), (name, got.shape)
+        err = ((got - ref).abs().max() / ref.abs().max()).item()
+        assert err < 1e-5, (name, m, n, k, setting, err)
+        worst = max(worst, err)
+        cases += 1
+for bad, want in ((lambda: row_linear(t(2, 96), t(48, 96)), "one row"),
+                  (lambda: row_linear(t(1, 96), t(48, 96), glu=True), "does not fit")):
+    try:
+        bad()
+        raise SystemExit(f"accepted: {want}")
+    except ValueError as exc:
+        assert want in str(exc), exc
+from bastion.engines.row_kernels import row_qkv
+from bastion.engines.static_layers import after_qkv
+# query / K/V heads, head dim, head norms (Qwen3) or none (Llama)
+for hq, hkv, d, norm in ((4, 2, 16, True), (8, 2, 32, False), (2, 2, 64, True)):
+    qkv, cos, sin = t(1, 1, (hq + 2 * hkv) * d), t(1, 1, d), t(1, 1, d)
+    qn, kn = (t(d).abs() + 0.5, t(d).abs() + 0.5) if norm else (None, None)
+    kv_ref = t(2, 1, hkv, 12, d)
+    kv_got = kv_ref.clone()
+    index = torch.tensor([7]).to(dev)
+    q_ref = after_qkv(qkv, qn, kn, cos, sin, kv_ref, index, 1e-6, d, hkv * d)
+    q_got = row_qkv(qkv, qn, kn, cos, sin, kv_got, index, 1e-6, d, hkv * d)
+    assert q_got.shape == q_ref.shape == (1, hq, 1, d), q_got.shape
+    err = max((q_got - q_ref).abs().max().item(), (kv_got - kv_ref).abs().max().item())
+    assert err < 1e-5, (hq, hkv, d, norm, err)  # the cache too: position 7 written, the rest untouched
+    cases += 1
+print(f"kernels equal the layers' arithmetic on {cases} cases, worst {worst:.1e}")
+"""
+
+# The layers with their products in the kernel decode what the eager engine decodes (fp32).
+WIRING_CHECK = r"""
+import torch
+from bastion.engines.eager import EagerDecoder
+from types import SimpleNamespace
+from bastion.engines import row_kernels
+from bastion.engines.static_decoder import StaticDecoder
+from bastion.engines.static_engine import StaticEngine
+from bastion.engines.static_layers import FusedLayers
+from bastion.models.target import Target
+from bastion.speculative.tree import TreePolicy
+from tests.support.builders import tiny_drafter, tiny_target
+
+model = tiny_target("qwen3", seed=11, scale=3.0, layers=3)
+target, drafter = Target(model), tiny_drafter(model, block_size=6, seed=8)
+engine = StaticEngine(target, drafter, max_context=96, n_max=16)
+fused = FusedLayers(target, compile=False)
+calls = []
+def row_linear(x, *a, **kw):
+    calls.append(x.shape[0])
+    return row_kernels.row_linear(x, *a, **kw)
+fused.rows = SimpleNamespace(row_linear=row_linear, row_qkv=row_kernels.row_qkv)
+engine.fused = fused
+prompt = list(range(3, 20))
+for method, policy in (("bastion", TreePolicy(budget=8)), ("dflash", None), ("ar", None)):
+    want = EagerDecoder(target, method, drafter, policy).generate(prompt, 12)
+    got = StaticDecoder(engine, method, policy).generate(prompt, 12)
+    assert got.output_ids == want.output_ids, (method, got.output_ids, want.output_ids)
+assert calls and set(calls) == {1}, sorted(set(calls))  # AR's steps, never a tree's or the prefill's rows
+print("wiring ok", len(calls))
+"""
+
+
+def _run(code: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    if not torch.cuda.is_available():
+        env["TRITON_INTERPRET"] = "1"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600,
+                          check=False)
+
+
+def test_kernel_equals_the_layers_arithmetic():
+    pytest.importorskip("triton")
+    proc = _run(KERNEL_CHECK)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "on 39 cases" in proc.stdout
+
+
+def test_layers_with_the_kernel_decode_as_eager():
+    pytest.importorskip("triton")
+    proc = _run(WIRING_CHECK)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "wiring ok" in proc.stdout
+
+
+def test_the_matrix_library_serves_off_cuda_in_fp32_and_when_turned_off(monkeypatch):
+    bf16 = torch.zeros(4, 4, dtype=torch.bfloat16)
+    assert row_kernel(bf16) is None  # a CPU tensor
+    monkeypatch.setattr(static_layers, "use_triton", lambda device: True)
+    assert row_kernel(torch.zeros(4, 4)) is None  # fp32: the equality checks' rounding
+    monkeypatch.setenv("BASTION_ROW_KERNEL", "0")
+    assert row_kernel(bf16) is None

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# One H200 call (device tool, writes into $OUT), session 22: the row kernels
+# (bastion/engines/row_kernels.py) against cuBLAS and Inductor per product, then the Qwen3-8B-shaped
+# AR and 32-node steps with them off (BASTION_ROW_KERNEL=0) and on, with the settings
+# the first part measured, then the tiny pair's bf16 AR outputs off and on.  Needs no wheels.
+set -uo pipefail
+OUT=${OUT:-$PWD/gpu_out}; mkdir -p "$OUT"
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+python3 -c "import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__)"
+timeout ${LK_LIMIT:-240} python3 tools/gpu/row_kernel_bench.py --out "$OUT/lk" --rows 1 2>&1 | grep -v -i warn
+echo "== row_kernel_bench rc=${PIPESTATUS[0]}"
+TP="--shape qwen3-8b --contexts ${CONTEXTS:-512} --nodes 32 --sections ${SECTIONS:-phases,ar,overhead} --drafters fused"
+for on in ${MODES:-0 1}; do
+  BASTION_ROW_KERNEL=$on timeout ${TP_LIMIT:-200} python3 - $TP --out "$OUT/tp$on" > "$OUT/tp$on.log" 2>&1 <<'PY'
+import json, os, sys
+from pathlib import Path
+from bastion.engines import row_kernels
+path = Path(os.environ.get("OUT", ".")) / "lk" / "settings.json"
+if path.exists():
+    for row in json.loads(path.read_text()).values():
+        row_kernels.SETTINGS[(row["N"], row["K"])] = tuple(row["setting"])
+print("row kernel settings", row_kernels.SETTINGS, "BASTION_ROW_KERNEL", os.environ.get("BASTION_ROW_KERNEL"))
+from benchmarks import tree_phase
+sys.exit(tree_phase.main(sys.argv[1:]))
+PY
+  echo "== tree_phase row kernel=$on rc=$?"; python3 tools/gpu/tree_phase_summary.py "$OUT/tp$on.log"
+  grep -h '"section": "ar"' "$OUT/tp$on.log" | head -5
+done
+# the tiny pair in bf16: AR's outputs with the row kernels against the matrix library's
+for on in ${AR_MODES:-0 1}; do
+  BASTION_ROW_KERNEL=$on timeout ${AR_LIMIT:-120} python3 -m bastion.benchmark --model tiny --dataset stdlib-heldout \
+    --max-samples 8 --max-new-tokens 128 --methods ar --dtype bfloat16 --engine compiled --cache-dir /tmp/rk \
+    --output "$OUT/ar$on.jsonl" > "$OUT/ar$on.log" 2>&1
+  echo "== tiny AR bf16 row kernel=$on rc=$?"; grep -E "^AR " "$OUT/ar$on.log"
+done
+python3 - "$OUT/ar0.jsonl" "$OUT/ar1.jsonl" <<'PY'
+import json, sys
+a, b = ([json.loads(l)["output_ids"] for l in open(p)] for p in sys.argv[1:])
+same = sum(x == y for x, y in zip(a, b))
+prefix = [next((i for i, (s, t) in enumerate(zip(x, y)) if s != t), min(len(x), len(y))) for x, y in zip(a, b)]
+print(f"tiny AR bf16: {same} of {len(a)} outputs identical with and without the row kernels; first difference at {prefix}")
+PY
