@@ -62,6 +62,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--rows", default="1")
+    ap.add_argument("--grid", default="full", choices=["full", "near"],
+                    help="near: only settings next to session 22's winners (a short call)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -77,6 +79,9 @@ def main() -> None:
                                       dynamic=False),
     }
     grid = [(bn, bk, wp) for bn, bk, wp in itertools.product((1, 2, 4, 8, 16, 32), (256, 512, 1024, 2048), (2, 4, 8))]
+    if args.grid == "near":
+        grid = [(16, 512, 4), (4, 512, 4), (16, 256, 4), (8, 1024, 4), (8, 512, 4), (2, 1024, 4), (4, 1024, 4),
+                (16, 512, 8), (32, 256, 4), (2, 512, 2)]
     rows_list = [int(r) for r in args.rows.split(",")]
     results, settings = [], {}
     t0 = time.time()
