@@ -185,7 +185,8 @@ class FusedLayers:
         attend = functools.partial(grouped_attention, matmul_rows=COMPILED_MATMUL_ROWS)
         self.attend: Callable = with_kernel(compile_step_function(attend) if compile else attend)
         # one-token forwards (AR's steps) run in the row kernels (bastion.engines.row_kernels)
-        self.rows = row_kernel(target.lm_head.weight) if compile else None
+        pow2 = (self.head_dim & (self.head_dim - 1)) == 0  # row_qkv's halves are Triton ranges
+        self.rows = row_kernel(target.lm_head.weight) if compile and pow2 else None
 
     @torch.no_grad()  # as Target.forward: a calibration probe outside a decoder must not build autograd graphs
     def forward(self, ids, positions, mask, cache, features: bool):

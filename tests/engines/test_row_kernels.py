@@ -128,3 +128,14 @@ def test_the_matrix_library_serves_off_cuda_in_fp32_and_when_turned_off(monkeypa
     assert row_kernel(torch.zeros(4, 4)) is None  # fp32: the equality checks' rounding
     monkeypatch.setenv("BASTION_ROW_KERNEL", "0")
     assert row_kernel(bf16) is None
+
+
+def test_only_power_of_two_head_dims_take_the_row_kernels(monkeypatch):
+    from bastion.engines.static_layers import FusedLayers
+    from bastion.models.target import Target
+    from tests.support.builders import tiny_target
+
+    monkeypatch.setattr(static_layers, "row_kernel", lambda weight: "the kernels")
+    assert FusedLayers(Target(tiny_target("qwen3", hidden=64, layers=2)), compile=True).rows == "the kernels"
+    assert FusedLayers(Target(tiny_target("qwen3", hidden=80, layers=2)), compile=True).rows is None  # head dim 20
+    assert FusedLayers(Target(tiny_target("qwen3", hidden=64, layers=2)), compile=False).rows is None
