@@ -80,8 +80,8 @@ def _gemv_kernel(x_ptr, w_ptr, y_ptr, ln_ptr, r_ptr, N, K, eps, BLOCK_N: tl.cons
 
 
 def row_linear(x: torch.Tensor, w: torch.Tensor, *, ln: torch.Tensor | None = None, eps: float = 0.0,
-                 glu: bool = False, residual: torch.Tensor | None = None,
-                 setting: tuple[int, int, int] | None = None) -> torch.Tensor:
+               glu: bool = False, residual: torch.Tensor | None = None,
+               setting: tuple[int, int, int] | None = None) -> torch.Tensor:
     """x [1, K] (or [1, 2K] with ``glu``), w [N, K] -> [1, N]; see the module.
 
     ``setting``: (block_n, block_k, warps); None reads :data:`SETTINGS`.

@@ -8,7 +8,7 @@ OUT=${OUT:-$PWD/gpu_out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__)"
-timeout ${LK_LIMIT:-240} python3 tools/gpu/row_kernel_bench.py --out "$OUT/lk" --rows 1 --grid ${GRID:-full} 2>&1 | grep -v -i warn
+timeout ${LK_LIMIT:-240} python3 tools/gpu/row_kernel_bench.py --out "$OUT/lk" --grid ${GRID:-full} 2>&1 | grep -v -i warn
 echo "== row_kernel_bench rc=${PIPESTATUS[0]}"
 TP="--shape qwen3-8b --contexts ${CONTEXTS:-512} --nodes 32 --sections ${SECTIONS:-phases,ar,overhead} --drafters fused"
 for on in ${MODES:-0 1}; do
