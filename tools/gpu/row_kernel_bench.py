@@ -25,31 +25,10 @@ import torch.nn.functional as F
 
 from bastion.engines.row_kernels import row_linear, row_qkv
 from bastion.engines.static_layers import after_qkv
+from benchmarks.tree_phase import graph_us  # µs a replay of a function captured in a CUDA graph
 
 H, I, HEAD, Q, KV, L = 4096, 12288, 151936, 4096, 1024, 36
 EPS = 1e-6
-
-
-def graph_us(fn, reps: int = 20) -> float:
-    """µs of one replay of a graph of ``fn`` (fn launches the 36 products)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    g.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        g.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1000 / reps
 
 
 def rms(x, w):
