@@ -1,4 +1,4 @@
-"""The fused row kernel (AR's products) against the layers' own arithmetic, its wiring into the layers, and its dispatch."""
+"""The row kernels (AR's products, and what follows its q/k/v product) against the layers' own arithmetic, their wiring into the layers, and their dispatch."""
 
 from __future__ import annotations
 
