@@ -18,9 +18,9 @@ kernels before): the head norms, the rotary embedding, the K/V write into the ca
 
 It serves one row only.  A tree's rows need the tensor cores (on the CUDA cores 32 rows
 would cost more than streaming the weights), and a 16-row tensor-core form of this
-kernel measured 1.1 to 9 times slower than cuBLAS (docs/performance.md, session 22).
-It runs in bf16 and fp16; fp32 keeps the matrix library (see
-:func:`bastion.engines.static_layers.row_kernel`).
+kernel measured 2 to 9 times slower than cuBLAS on three of the four products
+(docs/performance.md, session 22).  It runs in bf16 and fp16; fp32 keeps the matrix
+library (see :func:`bastion.engines.static_layers.row_kernel`).
 
 Imported only where Triton is installed.
 """
