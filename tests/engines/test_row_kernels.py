@@ -16,13 +16,10 @@ from bastion.engines.static_layers import row_kernel
 KERNEL_CHECK = r"""
 import itertools, torch, torch.nn.functional as F
 from bastion.engines.row_kernels import row_linear
+from bastion.engines.static_layers import _rms as rms  # the layers' own norm
 
 dev = "cuda" if torch.cuda.is_available() else "cpu"
 gen = torch.Generator().manual_seed(0)
-
-def rms(x, w, eps):
-    h = x.float()
-    return w * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 cases, worst = 0, 0.0
 # K: whole blocks and a ragged end; N: a ragged last block of outputs; one and several K blocks
