@@ -101,13 +101,18 @@ def row_linear(x: torch.Tensor, w: torch.Tensor, *, ln: torch.Tensor | None = No
 
 @triton.jit
 def _qkv_kernel(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, q_ptr, kv_ptr, index_ptr, stride_kv, stride_kh,
-                stride_kpos, eps, HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, HEAD_NORM: tl.constexpr):
-    """Program h: query head h, key head h - HQ or value head h - HQ - HKV of the one row."""
+                stride_kpos, S, eps, HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, HEAD_NORM: tl.constexpr):
+    """Program (h, row): query head h, key head h - HQ or value head h - HQ - HKV of one of the S rows."""
     h = tl.program_id(0)
+    row = tl.program_id(1)
     half = tl.arange(0, D // 2)
+    qkv_ptr += row * (HQ + 2 * HKV) * D
+    cos_ptr += row * D
+    sin_ptr += row * D
+    q_ptr += row * D  # q [1, HQ, S, D]: head h's row at (h * S + row) * D
     x1 = tl.load(qkv_ptr + h * D + half).to(tl.float32)  # [D/2] each
     x2 = tl.load(qkv_ptr + h * D + D // 2 + half).to(tl.float32)
-    pos = tl.load(index_ptr)
+    pos = tl.load(index_ptr + row)
     if h >= HQ + HKV:  # a value head: into the cache as it is
         dst = kv_ptr + stride_kv + (h - HQ - HKV) * stride_kh + pos * stride_kpos
         tl.store(dst + half, x1.to(kv_ptr.dtype.element_ty))
@@ -130,8 +135,8 @@ def _qkv_kernel(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, q_ptr, kv_ptr, index_
         y1 = x1 * c1 - x2 * s1  # x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1]
         y2 = x2 * c2 + x1 * s2
         if h < HQ:
-            tl.store(q_ptr + h * D + half, y1.to(q_ptr.dtype.element_ty))
-            tl.store(q_ptr + h * D + D // 2 + half, y2.to(q_ptr.dtype.element_ty))
+            tl.store(q_ptr + h * S * D + half, y1.to(q_ptr.dtype.element_ty))
+            tl.store(q_ptr + h * S * D + D // 2 + half, y2.to(q_ptr.dtype.element_ty))
         else:
             dst = kv_ptr + (h - HQ) * stride_kh + pos * stride_kpos
             tl.store(dst + half, y1.to(kv_ptr.dtype.element_ty))
@@ -141,20 +146,23 @@ def _qkv_kernel(qkv_ptr, qn_ptr, kn_ptr, cos_ptr, sin_ptr, q_ptr, kv_ptr, index_
 def row_qkv(qkv: torch.Tensor, qn: torch.Tensor | None, kn: torch.Tensor | None, cos: torch.Tensor,
             sin: torch.Tensor, kv: torch.Tensor, index: torch.Tensor, eps: float, head_dim: int,
             kv_width: int) -> torch.Tensor:
-    """:func:`bastion.engines.static_layers.after_qkv` for one row, in one kernel.
+    """:func:`bastion.engines.static_layers.after_qkv` in one kernel, for AR's row and a tree's rows alike.
 
-    qkv [1, 1, (Hq + 2 Hkv) D]; cos, sin [1, 1, D]; kv [2, 1, Hkv, capacity, D] (written at
-    ``index`` [1]) -> q [1, Hq, 1, D].
+    qkv [1, s, (Hq + 2 Hkv) D]; cos, sin [1, s, D]; kv [2, 1, Hkv, capacity, D] (row i
+    written at ``index[i]``, index [s]) -> q [1, Hq, s, D].
     """
     d = head_dim
     hkv = kv_width // d
     hq = qkv.shape[-1] // d - 2 * hkv
-    if qkv.shape[:2] != (1, 1) or not qkv.is_contiguous() or kv.stride(-1) != 1 or d % 2 or d & (d - 1):
-        raise ValueError(f"row_qkv: one contiguous row and a power-of-two head dim, got qkv {tuple(qkv.shape)}, "
-                         f"head dim {d}")
-    q = torch.empty(1, hq, 1, d, device=qkv.device, dtype=qkv.dtype)
-    _qkv_kernel[(hq + 2 * hkv,)](
+    s = qkv.shape[1]
+    if qkv.shape[0] != 1 or not qkv.is_contiguous() or kv.stride(-1) != 1 or d % 2 or d & (d - 1):
+        raise ValueError(f"row_qkv: contiguous rows of one sequence and a power-of-two head dim, got qkv "
+                         f"{tuple(qkv.shape)}, head dim {d}")
+    if index.numel() != s or cos.shape[1] != s:
+        raise ValueError(f"row_qkv: {s} rows, {index.numel()} cache positions, {cos.shape[1]} rotary rows")
+    q = torch.empty(1, hq, s, d, device=qkv.device, dtype=qkv.dtype)
+    _qkv_kernel[(hq + 2 * hkv, s)](
         qkv, qn if qn is not None else qkv, kn if kn is not None else qkv, cos.contiguous(), sin.contiguous(), q, kv,
-        index, kv.stride(0), kv.stride(2), kv.stride(3), eps, HQ=hq, HKV=hkv, D=d, HEAD_NORM=qn is not None,
+        index, kv.stride(0), kv.stride(2), kv.stride(3), s, eps, HQ=hq, HKV=hkv, D=d, HEAD_NORM=qn is not None,
         num_warps=1)
     return q

@@ -121,32 +121,62 @@ def stack_rows(linears: list[nn.Linear]) -> torch.Tensor:
     return stacked
 
 
-def row_kernel(weight: torch.Tensor | None) -> ModuleType | None:
-    """:mod:`bastion.engines.row_kernels` where its kernels serve this model, else None.
+def _fast_kernel(weight: torch.Tensor | None, switch: str, probe: Callable[[torch.device, torch.dtype], ModuleType],
+                 what: str) -> ModuleType | None:
+    """The module ``probe`` returns after running its kernels once on this GPU, or None.
 
-    They serve bf16 and fp16 weights on CUDA with Triton (``BASTION_ROW_KERNEL=0`` turns
-    them off).  fp32 keeps the matrix library: the fp32 checks that speculative outputs
-    equal AR's need AR's row and a tree's rows summed alike.  Kernels that fail to build on
-    this GPU are found here, once, with a warning.
+    The kernels serve bf16 and fp16 weights on CUDA with Triton (the environment variable
+    ``switch`` set to 0 turns them off).  fp32 keeps the matrix library: the fp32 checks
+    that speculative outputs equal AR's need AR's row and a tree's rows summed alike.
+    Kernels that fail to build on this GPU are found here, once, with a warning.
     """
     if (weight is None or weight.dtype not in (torch.bfloat16, torch.float16) or not use_triton(weight.device)
-            or os.environ.get("BASTION_ROW_KERNEL", "1") == "0"):
+            or os.environ.get(switch, "1") == "0"):
         return None
     try:
-        from bastion.engines import row_kernels
-
-        dev, dt = weight.device, weight.dtype
-        x = torch.ones(1, 64, device=dev, dtype=dt)
-        w = torch.ones(32, 64, device=dev, dtype=dt)
-        row_kernels.row_linear(x, w, ln=x[0], eps=1e-6)
-        row_kernels.row_linear(torch.ones(1, 128, device=dev, dtype=dt), w, glu=True, residual=x[:, :32])
-        kv = torch.zeros(2, 1, 1, 4, 16, device=dev, dtype=dt)
-        row_kernels.row_qkv(torch.ones(1, 1, 48, device=dev, dtype=dt), x[0, :16], x[0, :16], x[:, None, :16],
-                            x[:, None, :16], kv, torch.zeros(1, dtype=torch.long, device=dev), 1e-6, 16, 16)
+        return probe(weight.device, weight.dtype)
     except Exception as exc:  # noqa: BLE001 - any build or launch failure: the matrix library serves
-        warnings.warn(f"the Triton row kernels failed on {weight.device} ({exc!r:.300}); the matrix library serves")
+        warnings.warn(f"the Triton {what} failed on {weight.device} ({exc!r:.300}); the matrix library serves")
         return None
+
+
+def _probe_rows(dev: torch.device, dt: torch.dtype) -> ModuleType:
+    from bastion.engines import row_kernels
+
+    x = torch.ones(1, 64, device=dev, dtype=dt)
+    w = torch.ones(32, 64, device=dev, dtype=dt)
+    row_kernels.row_linear(x, w, ln=x[0], eps=1e-6)
+    row_kernels.row_linear(torch.ones(1, 128, device=dev, dtype=dt), w, glu=True, residual=x[:, :32])
+    kv = torch.zeros(2, 1, 1, 4, 16, device=dev, dtype=dt)
+    row_kernels.row_qkv(torch.ones(1, 2, 48, device=dev, dtype=dt), x[0, :16], x[0, :16], x[:, None, :16].expand(1, 2, 16),
+                        x[:, None, :16].expand(1, 2, 16), kv, torch.zeros(2, dtype=torch.long, device=dev), 1e-6, 16, 16)
     return row_kernels
+
+
+def _probe_tiles(dev: torch.device, dt: torch.dtype) -> ModuleType:
+    from bastion.engines import tile_kernels
+
+    x = torch.ones(5, 256, device=dev, dtype=dt)
+    w = torch.ones(64, 256, device=dev, dtype=dt)
+    tile_kernels.tile_linear(x, w, ln=x[0], eps=1e-6, gated=True)  # one K slice and the epilogue
+    tile_kernels.tile_linear(x, w, residual=x[:, :64].contiguous(), setting=(16, 32, 64, 2, 4, 2))  # split, reduce
+    return tile_kernels
+
+
+def row_kernel(weight: torch.Tensor | None) -> ModuleType | None:
+    """:mod:`bastion.engines.row_kernels` (AR's row) where its kernels serve this model, else None.
+
+    ``BASTION_ROW_KERNEL=0`` turns them off; see :func:`_fast_kernel`.
+    """
+    return _fast_kernel(weight, "BASTION_ROW_KERNEL", _probe_rows, "row kernels")
+
+
+def tile_kernel(weight: torch.Tensor | None) -> ModuleType | None:
+    """:mod:`bastion.engines.tile_kernels` (a tree's rows) where its kernels serve this model, else None.
+
+    ``BASTION_TILE_KERNEL=0`` turns them off; see :func:`_fast_kernel`.
+    """
+    return _fast_kernel(weight, "BASTION_TILE_KERNEL", _probe_tiles, "tile kernels")
 
 
 class FusedLayers:
@@ -187,6 +217,8 @@ class FusedLayers:
         # one-token forwards (AR's steps) run in the row kernels (bastion.engines.row_kernels)
         pow2 = (self.head_dim & (self.head_dim - 1)) == 0  # row_qkv's halves are Triton ranges
         self.rows = row_kernel(target.lm_head.weight) if compile and pow2 else None
+        # and a tree's or a DFlash block's rows (up to tile_kernels.MAX_ROWS) in the tile kernels
+        self.tiles = tile_kernel(target.lm_head.weight) if self.rows is not None else None
 
     @torch.no_grad()  # as Target.forward: a calibration probe outside a decoder must not build autograd graphs
     def forward(self, ids, positions, mask, cache, features: bool):
@@ -198,11 +230,14 @@ class FusedLayers:
         cfg = t.config
         rows = cfg.num_attention_heads // cfg.num_key_value_heads * ids.shape[1]  # query rows per K/V head
         attend = self.attend if rows <= COMPILED_MATMUL_ROWS else grouped_attention
-        small = self.rows is not None and x.shape[0] == 1 and x.shape[1] == 1
+        s = x.shape[1]
+        small = self.rows is not None and x.shape[0] == 1 and s == 1
+        tiles = self.tiles is not None and x.shape[0] == 1 and 1 < s <= self.tiles.MAX_ROWS
         for i, (pre_w, post_w, attn_mod) in enumerate(self.weights):
-            if small:  # [1, 1, H]: AR's row through the row kernels, norms and residuals inside them
+            if small or tiles:  # AR's row or a tree's rows: norms, SiLU and residuals inside the products
                 ln, wqkv, qn, kn = pre_w
-                qkv = self.rows.row_linear(x[0], wqkv, ln=ln, eps=self.eps)[None]
+                linear = self.rows.row_linear if small else self.tiles.tile_linear
+                qkv = linear(x[0], wqkv, ln=ln, eps=self.eps)[None]  # [1, s, (Hq + 2 Hkv) D]
                 q = self.rows.row_qkv(qkv, qn, kn, cos, sin, cache.kv[i], cache.write_index, self.eps,
                                       self.head_dim, self.kv_width)
             else:
@@ -214,6 +249,11 @@ class FusedLayers:
                 h = self.rows.row_linear(out.reshape(1, -1), wo, residual=x[0])  # [1, H]
                 gu = self.rows.row_linear(h, wgu, ln=ln, eps=self.eps)  # [1, 2 I]
                 x = self.rows.row_linear(gu, wd, glu=True, residual=h)[None]
+            elif tiles:
+                wo, ln, wgu, wd = post_w
+                h = self.tiles.tile_linear(out.reshape(s, -1), wo, residual=x[0])  # [s, H]
+                act = self.tiles.tile_linear(h, wgu, ln=ln, eps=self.eps, gated=True)  # [s, I]: silu(gate) * up
+                x = self.tiles.tile_linear(act, wd, residual=h)[None]
             else:
                 x = self.post(x, out.reshape(x.shape[0], x.shape[1], -1), *post_w)
             tap = t._tap.get(i)

@@ -48,19 +48,58 @@ for bad, want in ((lambda: row_linear(t(2, 96), t(48, 96)), "one row"),
 from bastion.engines.row_kernels import row_qkv
 from bastion.engines.static_layers import after_qkv
 # query / K/V heads, head dim, head norms (Qwen3) or none (Llama)
-for hq, hkv, d, norm in ((4, 2, 16, True), (8, 2, 32, False), (2, 2, 64, True)):
-    qkv, cos, sin = t(1, 1, (hq + 2 * hkv) * d), t(1, 1, d), t(1, 1, d)
+# AR's one row and a tree's five (cache positions out of order, as a tree's are)
+for (hq, hkv, d, norm), s in itertools.product(((4, 2, 16, True), (8, 2, 32, False), (2, 2, 64, True)), (1, 5)):
+    qkv, cos, sin = t(1, s, (hq + 2 * hkv) * d), t(1, s, d), t(1, s, d)
     qn, kn = (t(d).abs() + 0.5, t(d).abs() + 0.5) if norm else (None, None)
     kv_ref = t(2, 1, hkv, 12, d)
     kv_got = kv_ref.clone()
-    index = torch.tensor([7]).to(dev)
+    index = torch.tensor([7, 2, 9, 3, 11][:s]).to(dev)
     q_ref = after_qkv(qkv, qn, kn, cos, sin, kv_ref, index, 1e-6, d, hkv * d)
     q_got = row_qkv(qkv, qn, kn, cos, sin, kv_got, index, 1e-6, d, hkv * d)
-    assert q_got.shape == q_ref.shape == (1, hq, 1, d), q_got.shape
+    assert q_got.shape == q_ref.shape == (1, hq, s, d), q_got.shape
     err = max((q_got - q_ref).abs().max().item(), (kv_got - kv_ref).abs().max().item())
-    assert err < 1e-5, (hq, hkv, d, norm, err)  # the cache too: position 7 written, the rest untouched
+    assert err < 1e-5, (hq, hkv, d, norm, s, err)  # the cache too: those positions written, the rest untouched
     cases += 1
 print(f"kernels equal the layers' arithmetic on {cases} cases, worst {worst:.1e}")
+"""
+
+# A tree's rows: the tensor-core tile kernel, one K slice or several (the reduction kernel), against the same arithmetic
+TILE_CHECK = r"""
+import itertools, torch, torch.nn.functional as F
+from bastion.engines.tile_kernels import tile_linear
+from bastion.engines.static_layers import _rms as rms
+
+dev = "cuda" if torch.cuda.is_available() else "cpu"
+gen = torch.Generator().manual_seed(0)
+t = lambda *s: torch.randn(*s, generator=gen).to(dev)
+cases, worst = 0, 0.0
+# rows: fewer than a tile, a ragged second tile, whole tiles; N and K ragged; settings (block_m, block_n, block_k,
+# split, warps, stages): one slice, three slices (the last one short), two slices of two K blocks, the default
+for (m, n, k), setting in itertools.product([(5, 48, 96), (17, 40, 200), (32, 64, 64)],
+                                           [(16, 16, 32, 1, 4, 2), (16, 32, 32, 3, 4, 2), (32, 16, 64, 2, 4, 1), None]):
+    w, wg, x, r, ln = t(n, k), t(2 * n, k), t(m, k), t(m, n), t(k).abs() + 0.5
+    for name, got, ref in (
+        ("plain", tile_linear(x, w, setting=setting), F.linear(x, w)),
+        ("norm", tile_linear(x, w, ln=ln, eps=1e-6, setting=setting), F.linear(rms(x, ln, 1e-6), w)),
+        ("residual", tile_linear(x, w, residual=r, setting=setting), r + F.linear(x, w)),
+        ("gated", tile_linear(x, wg, ln=ln, eps=1e-6, gated=True, setting=setting),
+         (lambda gu: F.silu(gu[:, :n]) * gu[:, n:])(F.linear(rms(x, ln, 1e-6), wg))),
+    ):
+        assert got.shape == ref.shape == (m, n), (name, got.shape)
+        err = ((got - ref).abs().max() / ref.abs().max()).item()
+        assert err < 1e-5, (name, m, n, k, setting, err)
+        worst = max(worst, err)
+        cases += 1
+for bad, want in ((lambda: tile_linear(t(4, 96), t(48, 90)), "does not fit"),
+                  (lambda: tile_linear(t(4, 96), t(47, 96), gated=True), "does not fit"),
+                  (lambda: tile_linear(t(4, 96), t(48, 96), residual=t(4, 24)), "expected (4, 48)")):
+    try:
+        bad()
+        raise SystemExit(f"accepted: {want}")
+    except ValueError as exc:
+        assert want in str(exc), exc
+print(f"tile kernel equals the layers' arithmetic on {cases} cases, worst {worst:.1e}")
 """
 
 # The layers with their products in the kernel decode what the eager engine decodes (fp32).
@@ -68,7 +107,7 @@ WIRING_CHECK = r"""
 import torch
 from bastion.engines.eager import EagerDecoder
 from types import SimpleNamespace
-from bastion.engines import row_kernels
+from bastion.engines import row_kernels, tile_kernels
 from bastion.engines.static_decoder import StaticDecoder
 from bastion.engines.static_engine import StaticEngine
 from bastion.engines.static_layers import FusedLayers
@@ -84,7 +123,12 @@ calls = []
 def row_linear(x, *a, **kw):
     calls.append(x.shape[0])
     return row_kernels.row_linear(x, *a, **kw)
+tile_calls = []
+def tile_linear(x, *a, **kw):
+    tile_calls.append(x.shape[0])
+    return tile_kernels.tile_linear(x, *a, **kw)
 fused.rows = SimpleNamespace(row_linear=row_linear, row_qkv=row_kernels.row_qkv)
+fused.tiles = SimpleNamespace(tile_linear=tile_linear, MAX_ROWS=tile_kernels.MAX_ROWS)
 engine.fused = fused
 prompt = list(range(3, 20))
 for method, policy in (("bastion", TreePolicy(budget=8)), ("dflash", None), ("ar", None)):
@@ -92,7 +136,9 @@ for method, policy in (("bastion", TreePolicy(budget=8)), ("dflash", None), ("ar
     got = StaticDecoder(engine, method, policy).generate(prompt, 12)
     assert got.output_ids == want.output_ids, (method, got.output_ids, want.output_ids)
 assert calls and set(calls) == {1}, sorted(set(calls))  # AR's steps, never a tree's or the prefill's rows
-print("wiring ok", len(calls))
+# the trees' rows (budget 8) and DFlash's blocks (6 rows) in the tile kernel; the prompt's 17 rows are not the layers'
+assert 6 in tile_calls and 1 < min(tile_calls) and max(tile_calls) <= 8, sorted(set(tile_calls))
+print("wiring ok", len(calls), sorted(set(tile_calls)))
 """
 
 
@@ -108,7 +154,14 @@ def test_kernel_equals_the_layers_arithmetic():
     pytest.importorskip("triton")
     proc = _run(KERNEL_CHECK)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "on 39 cases" in proc.stdout
+    assert "on 42 cases" in proc.stdout
+
+
+def test_tile_kernel_equals_the_layers_arithmetic():
+    pytest.importorskip("triton")
+    proc = _run(TILE_CHECK)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "on 48 cases" in proc.stdout
 
 
 def test_layers_with_the_kernel_decode_as_eager():
