@@ -158,7 +158,7 @@ def _probe_tiles(dev: torch.device, dt: torch.dtype) -> ModuleType:
 
     x = torch.ones(5, 256, device=dev, dtype=dt)
     w = torch.ones(64, 256, device=dev, dtype=dt)
-    tile_kernels.tile_linear(x, w, ln=x[0], eps=1e-6, gated=True)  # one K slice and the epilogue
+    tile_kernels.tile_linear(tile_kernels.rms_rows(x, x[0], 1e-6), w, gated=True)  # one K slice and the epilogue
     tile_kernels.tile_linear(x, w, residual=x[:, :64].contiguous(), setting=(16, 32, 64, 2, 4, 2))  # split, reduce
     return tile_kernels
 
@@ -236,8 +236,10 @@ class FusedLayers:
         for i, (pre_w, post_w, attn_mod) in enumerate(self.weights):
             if small or tiles:  # AR's row or a tree's rows: norms, SiLU and residuals inside the products
                 ln, wqkv, qn, kn = pre_w
-                linear = self.rows.row_linear if small else self.tiles.tile_linear
-                qkv = linear(x[0], wqkv, ln=ln, eps=self.eps)[None]  # [1, s, (Hq + 2 Hkv) D]
+                if small:
+                    qkv = self.rows.row_linear(x[0], wqkv, ln=ln, eps=self.eps)[None]  # [1, 1, (Hq + 2 Hkv) D]
+                else:
+                    qkv = self.tiles.tile_linear(self.tiles.rms_rows(x[0], ln, self.eps), wqkv)[None]  # [1, s, ...]
                 q = self.rows.row_qkv(qkv, qn, kn, cos, sin, cache.kv[i], cache.write_index, self.eps,
                                       self.head_dim, self.kv_width)
             else:
@@ -252,7 +254,7 @@ class FusedLayers:
             elif tiles:
                 wo, ln, wgu, wd = post_w
                 h = self.tiles.tile_linear(out.reshape(s, -1), wo, residual=x[0])  # [s, H]
-                act = self.tiles.tile_linear(h, wgu, ln=ln, eps=self.eps, gated=True)  # [s, I]: silu(gate) * up
+                act = self.tiles.tile_linear(self.tiles.rms_rows(h, ln, self.eps), wgu, gated=True)  # [s, I]: silu(g) * u
                 x = self.tiles.tile_linear(act, wd, residual=h)[None]
             else:
                 x = self.post(x, out.reshape(x.shape[0], x.shape[1], -1), *post_w)

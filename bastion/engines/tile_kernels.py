@@ -1,4 +1,4 @@
-"""A tree's (or a DFlash block's) products on tensor-core tiles, with the layer's norm, SiLU and residual inside.
+"""A tree's (or a DFlash block's) products on tensor-core tiles, with the layer's SiLU and residual inside.
 
 A verification forward is AR's forward with 16 to a few dozen rows: each weight byte is
 still read once, so the step is bound by the weight stream as AR's is.  cuBLASLt streams
@@ -7,21 +7,21 @@ the weights well at 32 rows, but the step around it pays for about 17 kernels a 
 :mod:`bastion.engines.row_kernels`.  This kernel takes the same fusions as AR's row kernel,
 on the tensor cores:
 
-- ``norm``: ``y = rms_norm(x) * ln @ W.T``.  The norm's scale is one number a row, so the
-  kernel multiplies ``x * ln`` into the product, sums each row's squares on the way and
-  scales at the end.
 - ``gated``: ``W`` is ``[gate; up]`` stacked by rows and the output is ``silu(gate) * up``:
   each program multiplies the same rows of both halves, so the down product reads the
   activation directly.
 - ``residual``: ``y = r + x @ W.T``.
 
+The norms before the q/k/v and gate/up products are one small kernel each
+(:func:`rms_rows`), with the layers' own rounding.
+
 Why the first tensor-core form failed (docs/performance.md, session 22): its x tile was as
 large as its weight tile, so loading x cost as much as streaming the weights.  Here a
 program covers ``block_n`` outputs (64 or more) for ``block_m`` rows, so x is a fraction of
 the weight traffic, and splits K across programs (``split``) to keep every SM streaming
-when N / block_n alone is too few programs.  Split programs write fp32 partial sums (and
-their rows' partial squares); a second small kernel sums them in a fixed order (no
-atomics, so a decode is repeatable) and applies the same epilogue.  bf16 and fp16 only
+when N / block_n alone is too few programs.  Split programs write fp32 partial sums; a
+second small kernel sums them in a fixed order (no atomics, so a decode is repeatable) and
+applies the same epilogue.  bf16 and fp16 only
 (the dispatch in :mod:`bastion.engines.static_layers`); fp32 keeps the matrix library.
 
 Imported only where Triton is installed.
@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 
 # (rows bucket, N, K) -> (block_m, block_n, block_k, split, warps, stages), measured on an
-# H200 for the Qwen3-8B shape (`tools/gpu/row_kernel_bench.py --tiles`).  Other shapes take
+# H200 for the Qwen3-8B shape (`tools/gpu/tile_kernel_bench.py`).  Other shapes take
 # :func:`default_setting`.
 SETTINGS: dict[tuple[int, int, int], tuple[int, int, int, int, int, int]] = {}
 # A tree larger than this goes to the matrix library: x's share of the traffic grows with rows.
@@ -59,14 +59,26 @@ def default_setting(m: int, n: int, k: int, gated: bool = False) -> tuple[int, i
 
 
 @triton.jit
-def _epilogue(y, u, m, n, m_ok, n_ok, ss, r_ptr, out_ptr, N, K, eps,
-              NORM: tl.constexpr, GATED: tl.constexpr, RESID: tl.constexpr):
-    """y, u [BM, BN] fp32 sums -> out[m, n]: the norm's scale, silu(gate) * up, the residual."""
-    if NORM:
-        rstd = tl.rsqrt(ss / K + eps)  # [BM]
-        y = y * rstd[:, None]
-        if GATED:
-            u = u * rstd[:, None]
+def _rms_kernel(x_ptr, ln_ptr, out_ptr, K, eps, BLOCK_K: tl.constexpr):
+    """Program m: out[m] = ln * (x[m] * rsqrt(mean(x[m]^2) + eps)), rounded as the layers' ``_rms`` rounds."""
+    row = tl.program_id(0)
+    ss = tl.zeros([BLOCK_K], tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(x_ptr + row * K + k, mask=k < K, other=0.0).to(tl.float32)
+        ss += x * x
+    rstd = tl.rsqrt(tl.sum(ss, axis=0) / K + eps)
+    for k0 in range(0, K, BLOCK_K):
+        k = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(x_ptr + row * K + k, mask=k < K, other=0.0).to(tl.float32)
+        h = (x * rstd).to(out_ptr.dtype.element_ty).to(tl.float32)  # _rms: the scaled row in x's dtype, then ln
+        ln = tl.load(ln_ptr + k, mask=k < K, other=0.0).to(tl.float32)
+        tl.store(out_ptr + row * K + k, (ln * h).to(out_ptr.dtype.element_ty), mask=k < K)
+
+
+@triton.jit
+def _epilogue(y, u, m, n, m_ok, n_ok, r_ptr, out_ptr, N, GATED: tl.constexpr, RESID: tl.constexpr):
+    """y, u [BM, BN] fp32 sums -> out[m, n]: silu(gate) * up, the residual."""
     if GATED:
         y = y * tl.sigmoid(y) * u
     ok = m_ok[:, None] & n_ok[None, :]
@@ -76,25 +88,25 @@ def _epilogue(y, u, m, n, m_ok, n_ok, ss, r_ptr, out_ptr, N, K, eps,
 
 
 @triton.jit
-def _tile_kernel(x_ptr, w_ptr, out_ptr, part_ptr, ss_ptr, ln_ptr, r_ptr, M, N, K, K_SLICE, eps,
+def _tile_kernel(x_ptr, w_ptr, out_ptr, part_ptr, r_ptr, M, N, K, K_SLICE,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
-                 NORM: tl.constexpr, GATED: tl.constexpr, RESID: tl.constexpr, IEEE: tl.constexpr):
-    """Program (n block, m block, K slice): acc[BM, BN] = x[m, slice] @ W[n, slice].T (and W[N + n] if gated)."""
+                 GATED: tl.constexpr, RESID: tl.constexpr, IEEE: tl.constexpr):
+    """Program (n block, m block, K slice): acc[BM, BN] = x[m, slice] @ W[n, slice].T (and W[N + n] if gated).
+
+    x goes into the dot as loaded, so its loads pipeline with the weights'.  (A first
+    version normalised x in here; the arithmetic between load and dot stopped that, and
+    the normed products ran 1.2-1.8x slower than cuBLAS at 16-32 rows: session 23.)
+    """
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     n_ok, m_ok = n < N, m < M
     k_lo = tl.program_id(2) * K_SLICE
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     acc_u = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    ss = tl.zeros([BLOCK_M], tl.float32)
     for k0 in range(k_lo, tl.minimum(k_lo + K_SLICE, K), BLOCK_K):
         k = k0 + tl.arange(0, BLOCK_K)
         k_ok = k < K
         x = tl.load(x_ptr + m[:, None] * K + k[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
-        if NORM:
-            xf = x.to(tl.float32)
-            ss += tl.sum(xf * xf, axis=1)
-            x = (xf * tl.load(ln_ptr + k, mask=k_ok, other=0.0).to(tl.float32)[None, :]).to(w_ptr.dtype.element_ty)
         w_mask = k_ok[:, None] & n_ok[None, :]
         w = tl.load(w_ptr + n[None, :] * K + k[:, None], mask=w_mask, other=0.0)  # [BK, BN]: W.T's tile
         if IEEE:
@@ -108,21 +120,18 @@ def _tile_kernel(x_ptr, w_ptr, out_ptr, part_ptr, ss_ptr, ln_ptr, r_ptr, M, N, K
             else:
                 acc_u = tl.dot(x, wu, acc_u)
     if SPLIT == 1:
-        _epilogue(acc, acc_u, m, n, m_ok, n_ok, ss, r_ptr, out_ptr, N, K, eps, NORM, GATED, RESID)
-    else:  # part [SPLIT, 1 or 2, M, N] fp32, ss [SPLIT, M]
+        _epilogue(acc, acc_u, m, n, m_ok, n_ok, r_ptr, out_ptr, N, GATED, RESID)
+    else:  # part [SPLIT, 1 or 2, M, N] fp32
         ok = m_ok[:, None] & n_ok[None, :]
         base = part_ptr + tl.program_id(2) * (2 if GATED else 1) * M * N + m[:, None] * N + n[None, :]
         tl.store(base, acc, mask=ok)
         if GATED:
             tl.store(base + M * N, acc_u, mask=ok)
-        if NORM:
-            if tl.program_id(0) == 0:  # every n block sums the same squares; one stores them
-                tl.store(ss_ptr + tl.program_id(2) * M + m, ss, mask=m_ok)
 
 
 @triton.jit
-def _reduce_kernel(part_ptr, ss_ptr, r_ptr, out_ptr, M, N, K, eps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   SPLIT: tl.constexpr, NORM: tl.constexpr, GATED: tl.constexpr, RESID: tl.constexpr):
+def _reduce_kernel(part_ptr, r_ptr, out_ptr, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   SPLIT: tl.constexpr, GATED: tl.constexpr, RESID: tl.constexpr):
     """Sums the split programs' partials in slice order, then the same epilogue as an unsplit program."""
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -130,19 +139,23 @@ def _reduce_kernel(part_ptr, ss_ptr, r_ptr, out_ptr, M, N, K, eps, BLOCK_M: tl.c
     ok = m_ok[:, None] & n_ok[None, :]
     y = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     u = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    ss = tl.zeros([BLOCK_M], tl.float32)
     for s in tl.static_range(SPLIT):
         base = part_ptr + s * (2 if GATED else 1) * M * N + m[:, None] * N + n[None, :]
         y += tl.load(base, mask=ok, other=0.0)
         if GATED:
             u += tl.load(base + M * N, mask=ok, other=0.0)
-        if NORM:
-            ss += tl.load(ss_ptr + s * M + m, mask=m_ok, other=0.0)
-    _epilogue(y, u, m, n, m_ok, n_ok, ss, r_ptr, out_ptr, N, K, eps, NORM, GATED, RESID)
+    _epilogue(y, u, m, n, m_ok, n_ok, r_ptr, out_ptr, N, GATED, RESID)
 
 
-def tile_linear(x: torch.Tensor, w: torch.Tensor, *, ln: torch.Tensor | None = None, eps: float = 0.0,
-                gated: bool = False, residual: torch.Tensor | None = None,
+def rms_rows(x: torch.Tensor, ln: torch.Tensor, eps: float) -> torch.Tensor:
+    """The layers' ``_rms`` of x [M, K] in one kernel (one program a row), for the products that follow a norm."""
+    rows, k = x.shape
+    out = torch.empty_like(x)
+    _rms_kernel[(rows,)](x, ln, out, k, eps, BLOCK_K=min(triton.next_power_of_2(k), 2048), num_warps=4)
+    return out
+
+
+def tile_linear(x: torch.Tensor, w: torch.Tensor, *, gated: bool = False, residual: torch.Tensor | None = None,
                 setting: tuple[int, int, int, int, int, int] | None = None) -> torch.Tensor:
     """x [M, K], w [N, K] -> [M, N] (``gated``: w [2 I, K] -> [M, I]); see the module.
 
@@ -161,15 +174,13 @@ def tile_linear(x: torch.Tensor, w: torch.Tensor, *, ln: torch.Tensor | None = N
     split = triton.cdiv(k, k_slice)
     out = torch.empty(rows, n, device=x.device, dtype=x.dtype)
     part = torch.empty(split, 2 if gated else 1, rows, n, device=x.device, dtype=torch.float32) if split > 1 else out
-    ss = torch.empty(split, rows, device=x.device, dtype=torch.float32) if split > 1 and ln is not None else out
-    flags = dict(NORM=ln is not None, GATED=gated, RESID=residual is not None)
+    flags = dict(GATED=gated, RESID=residual is not None)
     r = residual if residual is not None else out
     grid = (triton.cdiv(n, bn), triton.cdiv(rows, bm), split)
-    _tile_kernel[grid](x, w, out, part, ss, ln if ln is not None else w, r, rows, n, k, k_slice, eps,
-                       BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT=split, IEEE=x.dtype == torch.float32,
-                       num_warps=warps, num_stages=stages, **flags)
+    _tile_kernel[grid](x, w, out, part, r, rows, n, k, k_slice, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT=split,
+                       IEEE=x.dtype == torch.float32, num_warps=warps, num_stages=stages, **flags)
     if split > 1:
         rm, rn = min(bm, 16), 128
         _reduce_kernel[(triton.cdiv(n, rn), triton.cdiv(rows, rm))](
-            part, ss, r, out, rows, n, k, eps, BLOCK_M=rm, BLOCK_N=rn, SPLIT=split, num_warps=4, **flags)
+            part, r, out, rows, n, BLOCK_M=rm, BLOCK_N=rn, SPLIT=split, num_warps=4, **flags)
     return out

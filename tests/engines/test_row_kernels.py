@@ -67,7 +67,7 @@ print(f"kernels equal the layers' arithmetic on {cases} cases, worst {worst:.1e}
 # A tree's rows: the tensor-core tile kernel, one K slice or several (the reduction kernel), against the same arithmetic
 TILE_CHECK = r"""
 import itertools, torch, torch.nn.functional as F
-from bastion.engines.tile_kernels import tile_linear
+from bastion.engines.tile_kernels import rms_rows, tile_linear
 from bastion.engines.static_layers import _rms as rms
 
 dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -81,9 +81,9 @@ for (m, n, k), setting in itertools.product([(5, 48, 96), (17, 40, 200), (32, 64
     w, wg, x, r, ln = t(n, k), t(2 * n, k), t(m, k), t(m, n), t(k).abs() + 0.5
     for name, got, ref in (
         ("plain", tile_linear(x, w, setting=setting), F.linear(x, w)),
-        ("norm", tile_linear(x, w, ln=ln, eps=1e-6, setting=setting), F.linear(rms(x, ln, 1e-6), w)),
+        ("norm", tile_linear(rms_rows(x, ln, 1e-6), w, setting=setting), F.linear(rms(x, ln, 1e-6), w)),
         ("residual", tile_linear(x, w, residual=r, setting=setting), r + F.linear(x, w)),
-        ("gated", tile_linear(x, wg, ln=ln, eps=1e-6, gated=True, setting=setting),
+        ("gated", tile_linear(rms_rows(x, ln, 1e-6), wg, gated=True, setting=setting),
          (lambda gu: F.silu(gu[:, :n]) * gu[:, n:])(F.linear(rms(x, ln, 1e-6), wg))),
     ):
         assert got.shape == ref.shape == (m, n), (name, got.shape)
@@ -91,6 +91,12 @@ for (m, n, k), setting in itertools.product([(5, 48, 96), (17, 40, 200), (32, 64
         assert err < 1e-5, (name, m, n, k, setting, err)
         worst = max(worst, err)
         cases += 1
+# the norm kernel is the layers' norm: K of one block, of several blocks with a ragged end
+for k in (96, 5000):
+    x, ln = t(3, k), t(k).abs() + 0.5
+    err = (rms_rows(x, ln, 1e-6) - rms(x, ln, 1e-6)).abs().max().item()
+    assert err < 1e-6, (k, err)
+    cases += 1
 for bad, want in ((lambda: tile_linear(t(4, 96), t(48, 90)), "does not fit"),
                   (lambda: tile_linear(t(4, 96), t(47, 96), gated=True), "does not fit"),
                   (lambda: tile_linear(t(4, 96), t(48, 96), residual=t(4, 24)), "expected (4, 48)")):
@@ -128,7 +134,7 @@ def tile_linear(x, *a, **kw):
     tile_calls.append(x.shape[0])
     return tile_kernels.tile_linear(x, *a, **kw)
 fused.rows = SimpleNamespace(row_linear=row_linear, row_qkv=row_kernels.row_qkv)
-fused.tiles = SimpleNamespace(tile_linear=tile_linear, MAX_ROWS=tile_kernels.MAX_ROWS)
+fused.tiles = SimpleNamespace(tile_linear=tile_linear, rms_rows=tile_kernels.rms_rows, MAX_ROWS=tile_kernels.MAX_ROWS)
 engine.fused = fused
 prompt = list(range(3, 20))
 for method, policy in (("bastion", TreePolicy(budget=8)), ("dflash", None), ("ar", None)):
@@ -161,7 +167,7 @@ def test_tile_kernel_equals_the_layers_arithmetic():
     pytest.importorskip("triton")
     proc = _run(TILE_CHECK)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "on 48 cases" in proc.stdout
+    assert "on 50 cases" in proc.stdout
 
 
 def test_layers_with_the_kernel_decode_as_eager():

@@ -2,8 +2,9 @@
 # One H200 call (device tool, writes into $OUT), session 23: the tile kernels
 # (bastion/engines/tile_kernels.py) against cuBLAS and Inductor per product at a tree's rows, then
 # the Qwen3-8B-shaped steps with them off (BASTION_TILE_KERNEL=0) and on, with the settings the
-# first part measured (AR's row kernels on in both), then the tiny pair's bf16 decodes off and on.
-# Needs no wheels.
+# first part measured (AR's row kernels on in both), then (E2E=1, needs the wheels: carry .whl) the
+# tiny experiment end to end from a clean copy, then the tiny pair's bf16 decodes off and on.  Every
+# file but the console log comes back packed in out.tgz.
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu_out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
@@ -28,6 +29,15 @@ sys.exit(tree_phase.main(sys.argv[1:]))
 PY
   echo "== tree_phase tile kernel=$on rc=$?"; python3 tools/gpu/tree_phase_summary.py "$OUT/tp$on.log"
 done
+if [ "${E2E:-1}" = 1 ]; then
+  RUNS=worker OUT=$OUT bash tools/gpu/worker_e2e.sh | tee "$OUT/e2e_summary.txt"
+  PYTHONPATH=/tmp/site python3 - <<'PY' | tee "$OUT/tree_sizes.txt"
+import collections, glob, json
+for path in sorted(glob.glob("/tmp/e2e_*/results/*/tiny/*/t0/bastion.jsonl")):
+    sizes = collections.Counter(s for line in open(path) for s in json.loads(line)["tree_sizes"])
+    print(path, sorted(sizes.items()))
+PY
+fi
 # the tiny pair in bf16: speeds and outputs with the tile kernels against the matrix library's
 for on in ${TINY_MODES:-0 1}; do
   BASTION_TILE_KERNEL=$on timeout ${TINY_LIMIT:-100} python3 -m bastion.benchmark --model tiny --dataset stdlib-heldout \
@@ -35,3 +45,4 @@ for on in ${TINY_MODES:-0 1}; do
     --cache-dir /tmp/tk --output "$OUT/tiny$on.jsonl" > "$OUT/tiny$on.log" 2>&1
   echo "== tiny bf16 tile kernel=$on rc=$?"; grep -E "^(AR|DFLASH|BASTION|DFlash|method)" "$OUT/tiny$on.log" | head; tail -3 "$OUT/tiny$on.log"
 done
+(cd "$OUT" && tar czf /tmp/out.tgz --exclude=call.log . && find . -mindepth 1 ! -name call.log -delete && mv /tmp/out.tgz .)

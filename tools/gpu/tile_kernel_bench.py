@@ -8,7 +8,8 @@ launches, replayed; µs a launch and the weight stream's TB/s, for
 - ``blas``: ``F.linear`` alone,
 - ``compiled``: the compiled engine's arithmetic around the product (the norm before it,
   SiLU times up after the gate/up product, the residual after) under torch.compile,
-- the tile kernel at each setting of a grid, with its fusion.  The grid is walked in
+- the tile kernel at each setting of a grid, with its fusion (the q/k/v and gate/up products
+  with :func:`rms_rows` before them, timed together).  The grid is walked in
   order until ``--seconds`` a product and row count have passed; the best is written to
   settings.json (which ``tools/gpu/tile_kernel.sh`` loads).
 """
@@ -25,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from bastion.engines.static_layers import _rms
-from bastion.engines.tile_kernels import default_setting, rows_bucket, tile_linear
+from bastion.engines.tile_kernels import default_setting, rms_rows, rows_bucket, tile_linear
 from benchmarks.tree_phase import graph_us  # µs a replay of a function captured in a CUDA graph
 
 H, I, Q, KV, L = 4096, 12288, 4096, 1024, 36
@@ -71,8 +72,11 @@ def main() -> None:
         ref = ref_fns[fusion]
         for m in rows_list:
             x, r = torch.randn(m, k, device=dev, dtype=dt), torch.randn(m, n, device=dev, dtype=dt)
-            kw = dict(ln=ln if fusion in ("norm", "gated") else None, eps=EPS, gated=fusion == "gated",
-                      residual=r if fusion == "residual" else None)
+            kw = dict(gated=fusion == "gated", residual=r if fusion == "residual" else None)
+            normed = fusion in ("norm", "gated")
+
+            def tile(w, cfg):
+                return tile_linear(rms_rows(x, ln, EPS) if normed else x, w, **kw, setting=cfg)
             row = {"shape": name, "rows": m, "N": wn, "K": k, "fusion": fusion}
             row["blas_us"] = graph_us(lambda: [F.linear(x, ws[i]) for i in range(L)]) / L
             row["compiled_us"] = graph_us(lambda: [ref(x, ln, ws[i], r) for i in range(L)]) / L
@@ -81,7 +85,7 @@ def main() -> None:
                 if time.time() - start > args.seconds:
                     break
                 try:
-                    timing[cfg] = graph_us(lambda: [tile_linear(x, ws[i], **kw, setting=cfg) for i in range(L)]) / L
+                    timing[cfg] = graph_us(lambda: [tile(ws[i], cfg) for i in range(L)]) / L
                 except Exception as e:  # a setting that does not fit (shared memory, registers)
                     print(f"{name} {m} {cfg}: {type(e).__name__}", flush=True)
             best = min(timing, key=timing.get)
@@ -89,7 +93,7 @@ def main() -> None:
             row["default_us"] = next(iter(timing.values()))
             row["kernel_us"], row["kernel_cfg"] = timing[best], list(best)
             settings[f"{rows_bucket(m)},{wn},{k}"] = {"rows": rows_bucket(m), "N": wn, "K": k, "setting": list(best)}
-            y_k = tile_linear(x, ws[0], **kw, setting=best).float()
+            y_k = tile(ws[0], best).float()
             y_r = ref(x, ln, ws[0], r).float()
             row["max_rel_err"] = float((y_k - y_r).abs().max() / y_r.abs().max())
             gb = wn * k * 2 / 1e9
