@@ -34,7 +34,7 @@ def step_costs(measured: str | None) -> tuple[float, float, str]:
     if measured:
         data = json.loads(Path(measured).read_text())
         ctx = min(r["context"] for r in data["ar"])
-        ar = [r["compiled_ms"] for r in data["ar"] if r["context"] == ctx][0]
+        ar = [r["compiled_ms"] for r in data["ar"] if r["context"] == ctx and "compiled_ms" in r][0]
         dfl = [r["step_ms_no_sync"] for r in data["overhead"]
                if r["method"] == "dflash" and r["context"] == ctx and r.get("engine") == "compiled"][0]
         return ar, dfl, measured
