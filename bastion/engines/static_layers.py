@@ -234,7 +234,7 @@ class FusedLayers:
         small = self.rows is not None and x.shape[0] == 1 and s == 1
         tiles = self.tiles is not None and x.shape[0] == 1 and 1 < s <= self.tiles.MAX_ROWS
         for i, (pre_w, post_w, attn_mod) in enumerate(self.weights):
-            if small or tiles:  # AR's row or a tree's rows: norms, SiLU and residuals inside the products
+            if small or tiles:  # AR's row or a tree's rows in this project's kernels (SiLU, residuals fused)
                 ln, wqkv, qn, kn = pre_w
                 if small:
                     qkv = self.rows.row_linear(x[0], wqkv, ln=ln, eps=self.eps)[None]  # [1, 1, (Hq + 2 Hkv) D]

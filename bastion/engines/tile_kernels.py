@@ -4,8 +4,8 @@ A verification forward is AR's forward with 16 to a few dozen rows: each weight 
 still read once, so the step is bound by the weight stream as AR's is.  cuBLASLt streams
 the weights well at 32 rows, but the step around it pays for about 17 kernels a layer
 (norms, split-K reductions, SiLU times up, residual adds), as AR's did before
-:mod:`bastion.engines.row_kernels`.  This kernel takes the same fusions as AR's row kernel,
-on the tensor cores:
+:mod:`bastion.engines.row_kernels`.  This kernel takes the row kernel's fusions that come
+after the product, on the tensor cores:
 
 - ``gated``: ``W`` is ``[gate; up]`` stacked by rows and the output is ``silu(gate) * up``:
   each program multiplies the same rows of both halves, so the down product reads the
@@ -13,16 +13,17 @@ on the tensor cores:
 - ``residual``: ``y = r + x @ W.T``.
 
 The norms before the q/k/v and gate/up products are one small kernel each
-(:func:`rms_rows`), with the layers' own rounding.
+(:func:`rms_rows`), with the layers' own rounding: inside the product they cost more than
+they saved (see :func:`_tile_kernel`).
 
 Why the first tensor-core form failed (docs/performance.md, session 22): its x tile was as
 large as its weight tile, so loading x cost as much as streaming the weights.  Here a
-program covers ``block_n`` outputs (64 or more) for ``block_m`` rows, so x is a fraction of
+program covers ``block_n`` outputs (32 to 128) for ``block_m`` rows, so x is a fraction of
 the weight traffic, and splits K across programs (``split``) to keep every SM streaming
 when N / block_n alone is too few programs.  Split programs write fp32 partial sums; a
 second small kernel sums them in a fixed order (no atomics, so a decode is repeatable) and
-applies the same epilogue.  bf16 and fp16 only
-(the dispatch in :mod:`bastion.engines.static_layers`); fp32 keeps the matrix library.
+applies the same epilogue.  bf16 and fp16 only (the dispatch in
+:mod:`bastion.engines.static_layers`); fp32 keeps the matrix library.
 
 Imported only where Triton is installed.
 """
@@ -105,7 +106,7 @@ def _tile_kernel(x_ptr, w_ptr, out_ptr, part_ptr, r_ptr, M, N, K, K_SLICE,
 
     x goes into the dot as loaded, so its loads pipeline with the weights'.  (A first
     version normalised x in here; the arithmetic between load and dot stopped that, and
-    the normed products ran 1.2-1.8x slower than cuBLAS at 16-32 rows: session 23.)
+    the normed products ran 1.15-1.8x slower than cuBLAS at 16-32 rows: session 23.)
     """
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -160,6 +161,8 @@ def _reduce_kernel(part_ptr, r_ptr, out_ptr, M, N, BLOCK_M: tl.constexpr, BLOCK_
 def rms_rows(x: torch.Tensor, ln: torch.Tensor, eps: float) -> torch.Tensor:
     """The layers' ``_rms`` of x [M, K] in one kernel (one program a row), for the products that follow a norm."""
     rows, k = x.shape
+    if not x.is_contiguous() or ln.shape != (k,):
+        raise ValueError(f"rms_rows: contiguous x [M, K] and ln [K], got x {tuple(x.shape)}, ln {tuple(ln.shape)}")
     out = torch.empty_like(x)
     _rms_kernel[(rows,)](x, ln, out, k, eps, BLOCK_K=min(triton.next_power_of_2(k), 2048), num_warps=4)
     return out

@@ -99,7 +99,8 @@ for k in (96, 5000):
     cases += 1
 for bad, want in ((lambda: tile_linear(t(4, 96), t(48, 90)), "does not fit"),
                   (lambda: tile_linear(t(4, 96), t(47, 96), gated=True), "does not fit"),
-                  (lambda: tile_linear(t(4, 96), t(48, 96), residual=t(4, 24)), "expected (4, 48)")):
+                  (lambda: tile_linear(t(4, 96), t(48, 96), residual=t(4, 24)), "expected (4, 48)"),
+                  (lambda: rms_rows(t(4, 96), t(90), 1e-6), "ln [K]")):
     try:
         bad()
         raise SystemExit(f"accepted: {want}")
