@@ -18,11 +18,20 @@ from typing import Any, Sequence
 import torch
 
 from bastion.data import registry as datasets
-from bastion.defaults import EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS, METHODS, N_MAX, N_MIN, TOPK
+from bastion.defaults import EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS, METHODS, N_MAX, N_MIN, N_MIN_CPU, TOPK
 from bastion.engines.choice import ENGINE_CHOICES
 from bastion.models import registry as models
 from bastion.runs.checks import parse_methods, parse_shard
 from bastion.runs.run import DecodeRun
+
+
+def _n_min(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a node count or 'auto', not {text!r}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="auto (default): compiled on CUDA, the fastest measured on a CPU; eager: Transformers layers "
                         "step by step; static: preallocated buffers and CUDA graphs; compiled: static with "
                         "torch.compile'd layers")
-    p.add_argument("--n-min", type=int, default=N_MIN, help="BASTION: minimum tree size and bucket width")
+    p.add_argument("--n-min", type=_n_min, default="auto",
+                   help=f"BASTION: minimum tree size and bucket width (auto: {N_MIN} on a GPU, {N_MIN_CPU} on a CPU)")
     p.add_argument("--n-max", type=int, default=N_MAX, help="BASTION: maximum tree size")
     p.add_argument("--topk", type=int, default=TOPK, help="BASTION: candidate tokens per depth (<= 128)")
     p.add_argument("--budget", type=int, default=None, help="BASTION: fixed tree size instead of the adaptive rule")

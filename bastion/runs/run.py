@@ -29,7 +29,7 @@ from bastion.calibration.store import (
 )
 from bastion.data import registry as datasets
 from bastion.data.prompts import PromptBuilder
-from bastion.defaults import EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS, METHODS, N_MAX, N_MIN, TOPK
+from bastion.defaults import EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS, METHODS, N_MAX, TOPK, resolve_n_min
 from bastion.engines.choice import resolve_engine
 from bastion.models import registry as models
 from bastion.progress import bar
@@ -63,7 +63,7 @@ class DecodeRun:
     cache_dir: str = "cache"
     attn_impl: str = "sdpa"
     engine: str = "auto"
-    n_min: int = N_MIN
+    n_min: int | str = "auto"  # auto: sized for the device (resolve_n_min)
     n_max: int = N_MAX
     topk: int = TOPK
     budget: int | None = None
@@ -95,8 +95,13 @@ class DecodeRun:
             raise UsageError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
         if self.budget is not None and self.budget < 1:
             raise UsageError(f"--budget must be >= 1 node, got {self.budget}")
-        if not 1 <= self.n_min <= self.n_max:
-            raise UsageError(f"need 1 <= --n-min <= --n-max, got --n-min {self.n_min} and --n-max {self.n_max}")
+        if self.n_min != "auto":
+            try:
+                resolve_n_min(self.n_min, gpu=False)
+            except ValueError as exc:
+                raise UsageError(f"--n-min: {exc}") from None
+            if self.n_min > self.n_max:
+                raise UsageError(f"need --n-min <= --n-max, got --n-min {self.n_min} and --n-max {self.n_max}")
         if self.history_from is not None and not Path(self.history_from).is_file():
             raise UsageError(f"history records {self.history_from} do not exist; decode AR first (it writes them)")
         self.eagle3_policy()
@@ -140,7 +145,6 @@ class DecodeRun:
         eagle3_ref = models.resolve_eagle3(self.model, self.eagle3_model)  # also for a later run of the session
         if need_eagle3 and eagle3_ref is None:
             raise UsageError("--eagle3-model is required for eagle3 unless --model is a registered pair")
-        policy = TreePolicy(n_min=self.n_min, n_max=self.n_max, topk=self.topk, budget=self.budget)
 
         # 1. prompts first: an unknown or unreachable dataset fails before any weights load
         prompts = datasets.load_prompts(self.dataset, self.max_samples, seed=self.data_seed, cache_dir=self.cache_dir)
@@ -162,6 +166,10 @@ class DecodeRun:
         device = hardware.resolve_device(self.device, local_rank if world > 1 else None)
         dtype = hardware.resolve_dtype(self.dtype, device)
         self.engine = resolve_engine(self.engine, device)  # auto -> the device's engine, in the fingerprint too
+        self.n_min = resolve_n_min(self.n_min, gpu=device.type == "cuda")  # auto -> 32 on a GPU, 16 on a CPU
+        if self.n_min > self.n_max:
+            raise UsageError(f"need --n-min <= --n-max, got --n-min {self.n_min} (auto) and --n-max {self.n_max}")
+        policy = TreePolicy(n_min=self.n_min, n_max=self.n_max, topk=self.topk, budget=self.budget)
         fp_now = fingerprint.collect(device, dtype, self.attn_impl, self.engine)
         hw_key = fingerprint.hardware_key(fp_now) if self.hardware == "auto" else self.hardware
         cal_path = Path(self.calibration) if self.calibration else calibration_path(

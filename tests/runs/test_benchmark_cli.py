@@ -151,9 +151,23 @@ def test_read_only_cache_dir_without_calibration(workdir):
     assert "[calibrate] peaks" not in res.stderr  # it failed before measuring anything
 
 
+def test_n_min_auto_is_the_cpus_16(workdir, capsys):
+    """Without --n-min the CLI sizes trees as the pipeline's ``n_min: auto`` does: 16 on a
+    CPU (a fixed budget skips calibration; the records still carry the resolved minimum)."""
+    root, target, drafter, data = workdir
+    out = root / "out_nmin.jsonl"
+    args = [a for a in _args(target, drafter, data, root / "cache6", out, ["--quiet", "--methods", "bastion",
+                                                                        "--budget", "8"]) if a not in ("--n-min", "4")]
+    assert "--n-min" not in args
+    assert benchmark.main(args) == 0
+    assert {r["n_min"] for r in _records(out)} == {16}
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["--dataset", "no-such-set"], "gsm8k"),  # the error lists the supported names
     (["--methods", "ar,beam"], "choose from ar, eagle3, dflash, bastion"),
+    (["--n-min", "many"], "a node count or 'auto', not 'many'"),
+    (["--n-min", "0"], "n_min must be a node count >= 1 or 'auto', not 0"),
 ])
 def test_bad_arguments(workdir, capsys, argv, needle):
     root, target, drafter, data = workdir
