@@ -9,7 +9,8 @@
 #      should set a new $DATA_SEED (default 20), or they see the same samples again.
 #      With $PKG_PROMPTS (a .jsonl from tools.tiny_pair.package_train_prompts: headers of
 #      third-party packages) those headers are continued too, greedy and $PKG_SAMPLED_COPIES
-#      (default 1) times sampled, $PKG_BATCH (default 2048) prompts a batch.  Each generator
+#      (default 1) times sampled, $PKG_BATCH (default 2048) prompts a batch (a .jsonl.gz is
+#      unpacked first).  Each generator
 #      stops starting batches 30 s before $GEN_SECONDS and keeps what it has;
 #   2. 2-layer candidates in parallel (a 3-layer drafter would break the 32 MiB package
 #      limit), one per line of $CANDIDATES (name, then dflash.train arguments).  The default
@@ -45,6 +46,9 @@ print("train tokens", len(ids))
 PY
 stage tokens $? $((SECONDS-t)); t=$SECONDS
 PKG_PROMPTS=${PKG_PROMPTS:-}; PKG_SAMPLED_COPIES=${PKG_SAMPLED_COPIES:-1}; PKG_BATCH=${PKG_BATCH:-2048}
+if [[ "$PKG_PROMPTS" == *.gz ]]; then  # a large header file travels gzipped (the device's 64 MiB tree limit)
+  gunzip -kf "$PKG_PROMPTS" || exit 1; PKG_PROMPTS=${PKG_PROMPTS%.gz}
+fi
 rm -f $W/dp.npy $W/dw.npy $W/dk.npy  # an earlier run's files in the same $WORK must not join this one's data
 gen() { timeout $GEN_SECONDS python -m dflash.distill_data --target $TT --max-seconds $((GEN_SECONDS - 30)) "$@"; }
 GENS=()  # "pid log" of each generator: one that fails (out of memory beside the others) stops the run
