@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from bastion.defaults import METHODS
+from bastion.defaults import METHODS, resolve_n_min
 from bastion.models import registry as models
 from bastion.results import records
 
@@ -36,6 +36,19 @@ def parse_shard(text: str | None) -> tuple[int, int]:
     except (ValueError, AssertionError):
         raise UsageError(f"--shard must be I/N with 0 <= I < N, got {text!r}") from None
     return i, n
+
+
+def check_n_min(n_min: int | str, n_max: int, gpu: bool | None = None) -> int | str:
+    """``--n-min`` checked against ``--n-max``; with ``gpu`` known, ``auto`` becomes the
+    device's count (32 on a GPU, 16 on a CPU), so a bad value fails before the device is."""
+    try:
+        n = resolve_n_min(n_min, gpu=bool(gpu)) if gpu is not None or n_min != "auto" else n_min
+    except ValueError as exc:
+        raise UsageError(f"--n-min: {exc}") from None
+    if n != "auto" and n > n_max:
+        given = f"{n} (auto)" if n_min == "auto" else n
+        raise UsageError(f"need --n-min <= --n-max, got --n-min {given} and --n-max {n_max}")
+    return n_min if gpu is None else n
 
 
 def load_histories(path: str) -> dict[tuple[int, int], list[int]]:

@@ -29,11 +29,11 @@ from bastion.calibration.store import (
 )
 from bastion.data import registry as datasets
 from bastion.data.prompts import PromptBuilder
-from bastion.defaults import EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS, METHODS, N_MAX, TOPK, resolve_n_min
+from bastion.defaults import EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS, METHODS, N_MAX, TOPK
 from bastion.engines.choice import resolve_engine
 from bastion.models import registry as models
 from bastion.progress import bar
-from bastion.runs.checks import UsageError, check_positions, load_histories, parse_methods
+from bastion.runs.checks import UsageError, check_n_min, check_positions, load_histories, parse_methods
 from bastion.runs.session import Session
 from bastion.results import records
 from bastion.speculative.methods import Eagle3Policy, method_spec
@@ -95,13 +95,7 @@ class DecodeRun:
             raise UsageError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
         if self.budget is not None and self.budget < 1:
             raise UsageError(f"--budget must be >= 1 node, got {self.budget}")
-        if self.n_min != "auto":
-            try:
-                resolve_n_min(self.n_min, gpu=False)
-            except ValueError as exc:
-                raise UsageError(f"--n-min: {exc}") from None
-            if self.n_min > self.n_max:
-                raise UsageError(f"need --n-min <= --n-max, got --n-min {self.n_min} and --n-max {self.n_max}")
+        check_n_min(self.n_min, self.n_max)
         if self.history_from is not None and not Path(self.history_from).is_file():
             raise UsageError(f"history records {self.history_from} do not exist; decode AR first (it writes them)")
         self.eagle3_policy()
@@ -166,9 +160,7 @@ class DecodeRun:
         device = hardware.resolve_device(self.device, local_rank if world > 1 else None)
         dtype = hardware.resolve_dtype(self.dtype, device)
         self.engine = resolve_engine(self.engine, device)  # auto -> the device's engine, in the fingerprint too
-        self.n_min = resolve_n_min(self.n_min, gpu=device.type == "cuda")  # auto -> 32 on a GPU, 16 on a CPU
-        if self.n_min > self.n_max:
-            raise UsageError(f"need --n-min <= --n-max, got --n-min {self.n_min} (auto) and --n-max {self.n_max}")
+        self.n_min = check_n_min(self.n_min, self.n_max, gpu=device.type == "cuda")  # auto -> the device's
         policy = TreePolicy(n_min=self.n_min, n_max=self.n_max, topk=self.topk, budget=self.budget)
         fp_now = fingerprint.collect(device, dtype, self.attn_impl, self.engine)
         hw_key = fingerprint.hardware_key(fp_now) if self.hardware == "auto" else self.hardware
