@@ -41,14 +41,16 @@ def parse_shard(text: str | None) -> tuple[int, int]:
 def check_n_min(n_min: int | str, n_max: int, gpu: bool | None = None) -> int | str:
     """``--n-min`` checked against ``--n-max``; with ``gpu`` known, ``auto`` becomes the
     device's count (32 on a GPU, 16 on a CPU), so a bad value fails before the device is."""
+    if n_min == "auto" and gpu is None:
+        return n_min
     try:
-        n = resolve_n_min(n_min, gpu=bool(gpu)) if gpu is not None or n_min != "auto" else n_min
+        n = resolve_n_min(n_min, gpu=bool(gpu))
     except ValueError as exc:
         raise UsageError(f"--n-min: {exc}") from None
-    if n != "auto" and n > n_max:
+    if n > n_max:
         given = f"{n} (auto)" if n_min == "auto" else n
         raise UsageError(f"need --n-min <= --n-max, got --n-min {given} and --n-max {n_max}")
-    return n_min if gpu is None else n
+    return n
 
 
 def load_histories(path: str) -> dict[tuple[int, int], list[int]]:
