@@ -1,1 +1,2 @@
-"""Project tooling: the scripts that build the bundled tiny pair (run as python -m tools.tiny_pair.NAME)."""
+"""Procedures: building the bundled tiny pair (``tools/tiny_pair``, run as python -m tools.tiny_pair.NAME
+or its shell scripts) and the shell scripts that run benchmarks on a GPU and collect their tables (``tools/gpu``)."""

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# One H200 call (device tool, writes into $OUT), session 22: the row kernels
-# (bastion/engines/row_kernels.py) against cuBLAS and Inductor per product, then the Qwen3-8B-shaped
-# AR and 32-node steps with them off (BASTION_ROW_KERNEL=0) and on, with the settings
-# the first part measured, then the tiny pair's bf16 AR outputs off and on.  Needs no wheels.
+# The row kernels (bastion/engines/row_kernels.py) on a GPU: each product of the Qwen3-8B
+# shape at one row against cuBLAS and Inductor (`python -m benchmarks.row_kernel_bench`, whose
+# best settings are written to $OUT/lk/settings.json), then the Qwen3-8B-shaped AR and 32-node
+# steps with the kernels off (BASTION_ROW_KERNEL=0) and on, with those settings
+# (benchmarks.tree_phase, summarised per mode), then the tiny pair's bf16 AR speed and outputs
+# off and on.  GRID=near times only the settings next to the shipped ones.
+# Run from the repository root on the GPU machine (no wheels needed):
+#     OUT=out bash tools/gpu/row_kernel.sh
 set -uo pipefail
-OUT=${OUT:-$PWD/gpu_out}; mkdir -p "$OUT"
+export OUT=${OUT:-$PWD/gpu_out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__)"
-timeout ${LK_LIMIT:-240} python3 tools/gpu/row_kernel_bench.py --out "$OUT/lk" --grid ${GRID:-full} 2>&1 | grep -v -i warn
+timeout ${LK_LIMIT:-240} python3 -m benchmarks.row_kernel_bench --out "$OUT/lk" --grid ${GRID:-full} 2>&1 | grep -v -i warn
 echo "== row_kernel_bench rc=${PIPESTATUS[0]}"
 TP="--shape qwen3-8b --contexts ${CONTEXTS:-512} --nodes 32 --sections ${SECTIONS:-phases,ar,overhead} --drafters fused"
 for on in ${MODES:-0 1}; do
@@ -24,7 +28,7 @@ print("row kernel settings", row_kernels.SETTINGS, "BASTION_ROW_KERNEL", os.envi
 from benchmarks import tree_phase
 sys.exit(tree_phase.main(sys.argv[1:]))
 PY
-  echo "== tree_phase row kernel=$on rc=$?"; python3 tools/gpu/tree_phase_summary.py "$OUT/tp$on.log"
+  echo "== tree_phase row kernel=$on rc=$?"; python3 -m benchmarks.tree_phase_summary "$OUT/tp$on.log"
   grep -h '"section": "ar"' "$OUT/tp$on.log" | head -5
 done
 # the tiny pair in bf16: AR's outputs with the row kernels against the matrix library's

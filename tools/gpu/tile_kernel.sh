@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# One H200 call (device tool, writes into $OUT), session 23: the tile kernels
-# (bastion/engines/tile_kernels.py) against cuBLAS and Inductor per product at a tree's rows, then
-# the Qwen3-8B-shaped steps with them off (BASTION_TILE_KERNEL=0) and on, with the settings the
-# first part measured (AR's row kernels on in both), then (E2E=1, needs the wheels: carry .whl) the
-# tiny experiment end to end from a clean copy, then the tiny pair's bf16 decodes off and on.  Every
-# file but the console log comes back packed in out.tgz.
+# The tile kernels (bastion/engines/tile_kernels.py) on a GPU: each product of the Qwen3-8B
+# shape at a tree's rows (16 and 32) against cuBLAS and Inductor
+# (`python -m benchmarks.tile_kernel_bench`, best settings to $OUT/tk/settings.json), then the
+# Qwen3-8B-shaped steps with the kernels off (BASTION_TILE_KERNEL=0) and on, with those settings
+# (AR's row kernels on in both; benchmarks.tree_phase, summarised per mode), then (E2E=1, the
+# default; needs the wheels in .whl) the tiny experiment end to end
+# (tools/gpu/tiny_experiment_e2e.sh), then the tiny pair's bf16 decodes off and on.  Every file
+# but the console log comes back packed in $OUT/out.tgz.
+# Run from the repository root on the GPU machine:
+#     OUT=out bash tools/gpu/tile_kernel.sh
 set -uo pipefail
-OUT=${OUT:-$PWD/gpu_out}; mkdir -p "$OUT"
+export OUT=${OUT:-$PWD/gpu_out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__)"
-timeout ${TK_LIMIT:-260} python3 tools/gpu/tile_kernel_bench.py --out "$OUT/tk" --rows ${ROWS:-16,32} \
+timeout ${TK_LIMIT:-260} python3 -m benchmarks.tile_kernel_bench --out "$OUT/tk" --rows ${ROWS:-16,32} \
   --seconds ${TK_SECONDS:-25} 2>&1 | grep -v -i warn
 echo "== tile_kernel_bench rc=${PIPESTATUS[0]}"
 TP="--shape qwen3-8b --contexts ${CONTEXTS:-512} --nodes 32 --sections ${SECTIONS:-phases,ar,overhead} --drafters fused"
@@ -27,16 +31,10 @@ print("tile kernel settings", tile_kernels.SETTINGS, "BASTION_TILE_KERNEL", os.e
 from benchmarks import tree_phase
 sys.exit(tree_phase.main(sys.argv[1:]))
 PY
-  echo "== tree_phase tile kernel=$on rc=$?"; python3 tools/gpu/tree_phase_summary.py "$OUT/tp$on.log"
+  echo "== tree_phase tile kernel=$on rc=$?"; python3 -m benchmarks.tree_phase_summary "$OUT/tp$on.log"
 done
 if [ "${E2E:-1}" = 1 ]; then
-  RUNS=worker OUT=$OUT bash tools/gpu/worker_e2e.sh | tee "$OUT/e2e_summary.txt"
-  PYTHONPATH=/tmp/site python3 - <<'PY' | tee "$OUT/tree_sizes.txt"
-import collections, glob, json
-for path in sorted(glob.glob("/tmp/e2e_*/results/*/tiny/*/t0/bastion.jsonl")):
-    sizes = collections.Counter(s for line in open(path) for s in json.loads(line)["tree_sizes"])
-    print(path, sorted(sizes.items()))
-PY
+  RUNS=worker OUT=$OUT bash tools/gpu/tiny_experiment_e2e.sh
 fi
 # the tiny pair in bf16: speeds and outputs with the tile kernels against the matrix library's
 for on in ${TINY_MODES:-0 1}; do

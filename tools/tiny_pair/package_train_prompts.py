@@ -54,7 +54,7 @@ TRAINING_PACKAGES = (
     "markupsafe", "psutil", "triton", "annotated_types", "typing_inspection", "iniconfig",
     "shellingham", "termcolor", "throttler", "yte", "dpath", "configargparse", "immutables",
 )
-# session 21: the packages of tools/tiny_pair/package_train_requirements.txt, installed with
+# the packages of tools/tiny_pair/package_train_requirements.txt, installed with
 # `pip install --target build/pkgs/site-packages` beside the environment (not into it)
 EXTRA_TRAINING_PACKAGES = (
     "django", "tornado", "twisted", "aiohttp", "yarl", "multidict", "black", "mypy", "pylint",

@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
 # Train the bundled tiny pair on one GPU, every step after the CPU-built corpus, tokenizer
 # and header prompts (see docs/tiny-pair.md):
-#   1. two new target candidates in parallel (8 layers of width 320 or 384), 7.1 epochs each,
-#      against the previous 6 x 256 target (dflash/assets/tiny/target as shipped before, or
-#      $PREV_TARGET); the one with the lowest VALIDATION perplexity whose held-out perplexity
-#      is at most 20.4 is kept;
+#   1. two target candidates in parallel (8 layers of width 320 or 384), 7.1 epochs each,
+#      against a 6 x 256 baseline target ($PREV_TARGET, with the perplexities it measured,
+#      written below); the one with the lowest VALIDATION perplexity whose held-out
+#      perplexity is at most 20.4 is kept;
 #   2. self-distillation data from that target: its continuations of function headers of
 #      the training split (greedy, plus T = 1 samples), of random training windows, and of
 #      validation-split headers (the drafter's validation set);
 #   3. a 1-layer and a 2-layer drafter in parallel on those continuations;
-#   4. optional (RUN4=1): tools/gpu/tiny_pair_stage4.sh, denser header data and more steps
-#      for the 2-layer drafter.  Tried once (108 s, cut mid-schedule): its validation tau
-#      fell from 4.58 to 4.29, so it is off by default and the shipped drafter is stage 3's
+#   4. optional (RUN4=1): tools/tiny_pair/train_drafter_stage4.sh, denser header data and more
+#      steps for the 2-layer drafter.  Measured once (108 s, cut mid-schedule): its validation
+#      tau fell from 4.58 to 4.29, so it is off by default and the pair's drafter is stage 3's
 #      2-layer one (pair/drafter2).
 # Stages 1-3 take about 330 s on one H200 (docs/tiny-pair.md has the measured numbers).
 # Run from a folder holding dflash/, tools/ and build/ (corpus/, tokenizer/,
-# train_prompts.jsonl, valid_prompts.jsonl):   BUILD=build bash tools/gpu/train_tiny_pair.sh
+# train_prompts.jsonl, valid_prompts.jsonl):   BUILD=build bash tools/tiny_pair/train_pair.sh
 # Writes into $OUT: logs.tgz and pair.tgz.part-* (cat them | tar xz), then here:
 #   python -m tools.tiny_pair.ship --target pair/target --drafter pair/drafter2
 set -uo pipefail
@@ -35,9 +35,9 @@ cand() { timeout ${TARGET_SECONDS:-140} python -m tools.tiny_pair.train_target -
   --steps 700 --batch-size 64 --seq-len 512 --lr 2e-3 --val-every 100 --log-every 100 --no-progress > "$L/target_$1.log" 2>&1; }
 cand t8x320 8 320 4 864 & cand t8x384 8 384 6 896 & wait
 stage targets 0 $((SECONDS-t))
-# the previous target (6 layers x 256, MLP 640, same recipe, 700 steps), with its measured perplexities
+# the baseline target (6 layers x 256, MLP 640, same recipe, 700 steps), with its measured perplexities
 mkdir -p $W/t6x256 && cp -r $PREV_TARGET $W/t6x256/target && ln -sfn $(ls -d $W/t8x*/tokens | head -1) $W/t6x256/tokens
-echo '{"train_ppl": 5.956, "valid_ppl": 13.342, "heldout_ppl": 20.366, "note": "previous bundled target"}' > $W/t6x256/metrics.json
+echo '{"train_ppl": 5.956, "valid_ppl": 13.342, "heldout_ppl": 20.366, "note": "baseline target"}' > $W/t6x256/metrics.json
 T=$(python - "$W" <<'PY'
 import json, sys, pathlib
 rows = []
@@ -73,7 +73,7 @@ drafter 1 & drafter 2 & wait
 stage drafters 0 $((SECONDS-t)); tail -n 9 $L/drafter1.log $L/drafter2.log
 
 # 4. (optional) denser header data and more training for the 2-layer drafter
-[ -z "${RUN4:-}" ] || TT=$TT D2=$W/d2/drafter TAPS=$TAPS bash tools/gpu/tiny_pair_stage4.sh
+[ -z "${RUN4:-}" ] || TT=$TT D2=$W/d2/drafter TAPS=$TAPS bash tools/tiny_pair/train_drafter_stage4.sh
 
 mkdir -p $W/pair && cp -r $TT $W/pair/target && cp $W/$T/metrics.json $W/pair/target_metrics.json
 [ -d $W/d4/drafter ] && cp -r $W/d4/drafter $W/pair/drafter4 && cp $W/d4/train_log.jsonl $W/pair/drafter4_train_log.jsonl

@@ -1,4 +1,7 @@
-"""Print the drafter, phases and overhead rows of a ``benchmarks.tree_phase`` log as a short table."""
+"""Print the drafter, phases and overhead rows of a ``benchmarks.tree_phase`` log as a short table.
+
+    python -m benchmarks.tree_phase ... > tp.log; python -m benchmarks.tree_phase_summary tp.log
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The fused row kernel (bastion/engines/row_kernels.py) against cuBLAS, Qwen3-8B shape, bf16.
 
-    python tools/gpu/row_kernel_bench.py --out $OUT/lk
+    python -m benchmarks.row_kernel_bench --out $OUT/lk      # on a CUDA GPU
 
 For each of the target's five products at one row (36 layers' distinct weights, so every
 replay streams them from memory; the LM head once): one CUDA graph of the 36 launches,
@@ -35,7 +35,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--grid", default="full", choices=["full", "near"],
-                    help="near: only settings next to session 22's winners (a short call)")
+                    help="near: only settings next to the shipped ones (row_kernels.SETTINGS; a short run)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# One H200 call's first part (device tool), session 13: planning without torch.  The GPU's
-# name, key and fingerprint from nvidia-smi (bastion.calibration.planning) against what
-# torch reports, what torch's import and CUDA start cost, and a Snakemake dry run timed.
-# Needs the wheels in .whl (carry .whl).
+# Planning without torch on a GPU host: the GPU's name, hardware key and fingerprint from
+# nvidia-smi (bastion.calibration.planning) against what torch reports, the seconds each
+# takes (torch's import and CUDA start included), and a Snakemake dry run of the default
+# target timed (its log in $OUT/dry.log).
+# Run from the repository root on the GPU machine, with Snakemake's wheels in .whl:
+#     OUT=out bash tools/gpu/planning_without_torch.sh
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu_out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1

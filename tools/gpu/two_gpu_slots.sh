@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Issue 7 on a two-GPU machine: the tiny experiment's decode cells with --resources gpu=2
-# and then gpu=1, each from a fresh copy; GPU slot records, wall times, T=0 equality.
-# Needs snakemake's wheels in .whl (see docs/performance.md).  Writes into $OUT.
+# GPU slots on a two-GPU machine: the tiny experiment's T = 0 decode jobs (2 sets x AR,
+# DFlash, BASTION, 3 prompts, 48 new tokens, tiny calibration grid) with --resources gpu=2 and
+# then gpu=1, each from a fresh copy: wall times ($OUT/env.txt), the jobs' slot records
+# ($OUT/slots<K>.txt) and, per cell, whether the two runs' outputs are token-identical
+# ($OUT/summary.txt).
+# Run from the repository root on a two-GPU machine, with Snakemake's wheels in .whl:
+#     OUT=out bash tools/gpu/two_gpu_slots.sh
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1

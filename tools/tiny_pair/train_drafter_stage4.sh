@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Stage 4 of the tiny pair (called at the end of train_tiny_pair.sh, or alone):
+# Stage 4 of the tiny pair, on one GPU (called at the end of train_pair.sh with RUN4=1, or alone):
 # denser header data from the chosen target (every training header greedy AND twice
 # sampled at T = 1, 160 new tokens, so the drafter sees many contexts per header and
 # cannot just memorise one continuation each), plus fresh random-window continuations;
 # then the 2-layer drafter continues training on it (--init-from), on 384-token windows
 # that start at a document start.
-#   TT=<target dir> D2=<2-layer drafter dir> BUILD=build bash tools/gpu/tiny_pair_stage4.sh
+#   TT=<target dir> D2=<2-layer drafter dir> BUILD=build bash tools/tiny_pair/train_drafter_stage4.sh
+# Writes the drafter into $WORK/d4 (default /tmp/tiny/d4) and its logs into $WORK/logs.
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=4
 OUT=${OUT:-$PWD/gpu_out}; W=${WORK:-/tmp/tiny}; C=${BUILD:-build}; L=$W/logs

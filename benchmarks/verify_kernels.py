@@ -4,7 +4,7 @@ For choosing which kernels to fuse: the full kernel table of each graph replay (
 count, GPU time), the kernel sequence of one replay in launch order (one layer's share is
 every 36th), and the same graphs without the Triton attention kernel and with cuBLAS's own kernel choice.
 
-    PYTHONPATH=$PWD python3 tools/gpu/verify_kernels.py --out vk      # writes vk/kernels.json
+    python -m benchmarks.verify_kernels --out vk      # on a CUDA GPU; writes vk/kernels.json
 """
 
 from __future__ import annotations

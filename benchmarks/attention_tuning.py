@@ -4,7 +4,7 @@ Each configuration runs 36 layers' attention back to back (each layer its own K/
 as in a verification, so the window is read from memory, not L2) inside one CUDA graph;
 the table gives µs per layer.  For choosing the kernel's defaults.
 
-    PYTHONPATH=$PWD python3 tools/gpu/attention_tuning.py --out at   # writes at/tuning.json
+    python -m benchmarks.attention_tuning --out at   # on a CUDA GPU; writes at/tuning.json
 """
 
 from __future__ import annotations

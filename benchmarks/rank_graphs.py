@@ -1,4 +1,4 @@
-"""Where the adaptive rule's extra tree-phase time goes on a GPU (one device call; see rank_graphs.sh).
+"""Where the adaptive rule's extra tree-phase time goes on a GPU (CUDA; tools/gpu/rank_graphs.sh calibrates first).
 
 The tiny pair on the compiled engine decodes the same prompts with the adaptive rule and
 with fixed trees, then every captured step graph is replayed on its own and timed with
@@ -7,7 +7,7 @@ fixed budget's only by the cost curve and the node count, so comparing the two a
 same ranking width prices exactly that part.  Also prints each policy's median step
 phases (host-timed, as ``--step-times``) and the kernel count of the two rank graphs.
 
-    python tools/gpu/rank_graphs.py CALIBRATION.json [--prompts 4] [--tokens 128]
+    python -m benchmarks.rank_graphs CALIBRATION.json [--prompts 4] [--tokens 128]
 """
 
 from __future__ import annotations

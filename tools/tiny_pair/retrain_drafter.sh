@@ -1,24 +1,25 @@
 #!/usr/bin/env bash
 # Retrain the bundled tiny DFlash drafter against the SHIPPED tiny target, on one GPU, with
-# more self-distillation data than tools/gpu/train_tiny_pair.sh and a learning-rate
+# more self-distillation data than tools/tiny_pair/train_pair.sh and a learning-rate
 # schedule that follows the clock (--time-schedule), so a time-boxed run ends at its floor:
 #   1. the target's continuations (256 new tokens) of every training-split header, greedy
 #      and $SAMPLED_COPIES times (default 1) sampled at T = 1, and greedy continuations of
 #      $WINDOWS (default 16,384) random training windows (10% sampled); the validation
-#      headers' continuations as validation data.  Rounds that fine-tune an earlier drafter
-#      should set a new $DATA_SEED (default 20), or they see the same samples again.
+#      headers' continuations as validation data.  A run that fine-tunes a drafter trained by
+#      this script should set a new $DATA_SEED (default 20), or it sees the same samples again.
 #      With $PKG_PROMPTS (a .jsonl from tools.tiny_pair.package_train_prompts: headers of
 #      third-party packages) those headers are continued too, greedy and $PKG_SAMPLED_COPIES
 #      (default 1) times sampled, $PKG_BATCH (default 2048) prompts a batch (a .jsonl.gz is
 #      unpacked first).  Each generator
 #      stops starting batches 30 s before $GEN_SECONDS and keeps what it has;
 #   2. 2-layer candidates in parallel (a 3-layer drafter would break the 32 MiB package
-#      limit), one per line of $CANDIDATES (name, then dflash.train arguments).  The default
-#      is session 6's three: a (from scratch, as stage 3 of train_tiny_pair.sh), b (fine-tuned
-#      from the shipped drafter at a lower rate), c (from scratch, 1.5x the tokens a step).
+#      limit), one per line of $CANDIDATES (name, then dflash.train arguments; $D0 is the
+#      shipped drafter).  The default three: a (from scratch, as stage 3 of train_pair.sh),
+#      b (fine-tuned from the shipped drafter at a lower rate), c (from scratch, 1.5x the
+#      tokens a step).  docs/tiny-pair.md gives the candidates of the shipped drafter's stages.
 # Run from the repository root with the CPU-built build/ (train_prompts.jsonl,
 # valid_prompts.jsonl, train.txt.gz; docs/tiny-pair.md, steps 1-2):
-#   OUT=out bash tools/gpu/retrain_tiny_drafter.sh
+#   OUT=out bash tools/tiny_pair/retrain_drafter.sh
 # Writes into $OUT: logs.tgz and drafter_<name>.tgz, one per bf16 candidate.
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=4

@@ -1,10 +1,11 @@
 """Per-phase step times by tree size from decode records made with ``--step-times``.
 
-    python tools/step_phases.py results.jsonl [more.jsonl ...]
+    python -m benchmarks.step_phases results.jsonl [more.jsonl ...]
 
 Prints one markdown table per file and method: throughput, τ, and each phase's mean
 (milliseconds) for every tree size that occurs, so fixed budgets and the adaptive rule
-can be compared phase by phase (tools/gpu/step_phases.sh runs it on an H200).
+can be compared phase by phase.  The records come from ``python -m bastion.benchmark
+... --step-times --output results.jsonl`` (one run per policy: ``--budget N`` or the rule).
 """
 
 from __future__ import annotations

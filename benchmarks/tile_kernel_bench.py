@@ -1,6 +1,6 @@
 """The tile kernel (bastion/engines/tile_kernels.py) against cuBLAS, Qwen3-8B shape, bf16, a tree's rows.
 
-    python tools/gpu/tile_kernel_bench.py --out $OUT/tk --rows 16,32
+    python -m benchmarks.tile_kernel_bench --out $OUT/tk --rows 16,32      # on a CUDA GPU
 
 For each of a layer's four products at 16 and 32 rows (a DFlash block, a 32-node tree), 36
 layers' distinct weights so every replay streams them from memory, one CUDA graph of the 36

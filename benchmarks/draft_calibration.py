@@ -1,6 +1,6 @@
 """How well the drafter's path probabilities predict acceptance: the budget rule's surrogate, checked.
 
-    python tools/draft_calibration.py --budget 64 -- --model tiny --dataset prompts.jsonl \
+    python -m benchmarks.draft_calibration --budget 64 -- --model tiny --dataset prompts.jsonl \\
         --max-new-tokens 128 --engine eager
 
 Everything after ``--`` goes to ``python -m bastion.benchmark`` (BASTION only, the given

@@ -1,7 +1,10 @@
 """Print, for each method of a ``bastion.benchmark --output`` file, how many outputs equal AR's.
 
 The comparison is the aggregation's own (``same_as_ar`` of :mod:`bastion.report.aggregate`);
-exit status 1 when any greedy output differs.
+exit status 1 when any greedy output differs.  Meant for fp32 runs at T = 0, where every
+method must emit AR's tokens (tools/gpu/tiny_outputs_equal_ar.sh runs it on a GPU).
+
+    python -m benchmarks.same_as_ar results.jsonl
 """
 
 from __future__ import annotations
