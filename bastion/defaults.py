@@ -19,10 +19,10 @@ BASELINE = "ar"
 # of 32 tokens costs about as much as one).
 N_MIN = 32
 # On a CPU a verification's cost grows from the first node on, so trees are sized in steps
-# of 16 there (the tiny experiment's `n_min: auto`), not 32.  Steps of 8 (sessions 7-16)
-# let the rule stop at 8 nodes whenever the draft was unsure; decoded prompt by prompt in
-# one process, trees of at least 16 were as fast or faster (1.17-1.25x DFlash against
-# 1.17-1.20x) and accepted 0.3-0.5 more tokens a step (docs/performance.md, session 17).
+# of 16 there (the tiny experiment's `n_min: auto`), not 32.  Steps of 8 let the rule stop
+# at 8 nodes whenever the draft was unsure; decoded prompt by prompt in one process, trees
+# of at least 16 were as fast or faster (1.17-1.25x DFlash against 1.17-1.20x) and accepted
+# 0.3-0.5 more tokens a step (docs/performance.md, "Why trees of 16 nodes on a CPU").
 N_MIN_CPU = 16
 N_MAX = 8192
 TOPK = 128  # candidate tokens per depth; the path-ranking layout allows at most this many

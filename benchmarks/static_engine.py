@@ -1,4 +1,4 @@
-"""Static engine against eager on one GPU: every measurement issue 6 asks for, one table each.
+"""Static engine against eager on one GPU: steps, verification latency, calibration and equality, one table each.
 
 Sections (``--sections``, comma list, run in this order):
 

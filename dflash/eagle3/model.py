@@ -33,7 +33,7 @@ from .config import Eagle3Config
 
 # cuDNN's attention builds an execution plan per new shape, about 40 ms of host time on an
 # H200: the head's context grows every step, so each of its calls met a new shape and
-# drafting cost ~300 ms a step (docs/performance.md, session 6).  The other kernels
+# drafting cost ~300 ms a step (docs/performance.md, "EAGLE-3").  The other kernels
 # take any shape at no set-up cost.
 _NOT_CUDNN = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 

@@ -137,7 +137,7 @@ def test_quality_gate_measures_again_once(fake_timing):
 
 def test_a_slow_spell_in_one_pass_leaves_the_fit_straight(fake_timing):
     """The CPU grid times every point once in each of 3 passes; a spell slowing 40 points of
-    one pass bends nothing, where one pass of 3 repeats (the old CPU grid) fails the gate."""
+    one pass bends nothing, where a single pass of 3 repeats a point fails the gate."""
     _, state = fake_timing
     g = Grid.named("small")
     probe = FakeProbe([])

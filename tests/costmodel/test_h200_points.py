@@ -1,9 +1,10 @@
 """The cost model on a real grid: 328 points measured on one H200 up to 32k contexts.
 
-``data/h200_qwen3_8b_compiled_32k.json`` is ``static_calibration_points.json`` of
-docs/performance.md's run P (compiled engine, Qwen3-8B shape, bf16, paper grid extended
-to c = 32,768): every point's ``s``, ``c``, median ``latency_s``, ``std_s``, whether it was
-``heldout`` and ``predicted_s`` of that day's fit, the old max of two lines.
+``data/h200_qwen3_8b_compiled_32k.json`` is ``static_calibration_points.json`` of a run of
+``tools/gpu/qwen3_8b_calibration.sh`` (compiled engine, Qwen3-8B shape, bf16, paper grid
+extended to c = 32,768; docs/performance.md, "Cost-model error"): every point's ``s``, ``c``,
+median ``latency_s``, ``std_s``, whether it was ``heldout`` and ``predicted_s`` of that
+run's fit, the four-parameter max of two lines.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def _heldout_by_context(rows: list[dict]) -> dict[int, float]:
 
 
 def test_the_old_fit_is_reproduced():
-    """The saved predictions are the old form at these peaks, which missed 16k and 32k by a quarter."""
+    """The saved predictions are the four-parameter form at these peaks, which missed 16k and 32k by a quarter."""
     pts = json.loads(POINTS.read_text())
     s, c = (np.array([p[k] for p in pts], dtype=float) for k in ("s", "c"))
     p = OLD_PARAMS
@@ -68,7 +69,7 @@ def test_held_out_error_at_most_5_percent_at_every_context(fitted):
     assert report["points_heldout"] == 66 and len(err) == 10
     assert err[16384] <= 0.05 and err[32768] <= 0.05, err
     assert report["heldout_mape"] <= 0.05, report
-    assert max(err.values()) <= 0.05, err  # short contexts too (the old form: 7-8 % there)
+    assert max(err.values()) <= 0.05, err  # short contexts too (the four-parameter form: 7-8 % there)
 
 
 def test_every_attention_term_is_used(fitted):
@@ -79,7 +80,7 @@ def test_every_attention_term_is_used(fitted):
 
 
 def test_paper_grid_alone_as_good_as_before():
-    """Contexts up to 2,048 only (the paper grid): the old form reached 3.6-3.9 % there."""
+    """Contexts up to 2,048 only (the paper grid): the four-parameter form reached 3.6-3.9 % there."""
     rows = _rows(2048)
     _, report = fit_probe(rows, QWEN3_8B, PEAKS, holdout_every=5)
     assert report["heldout_mape"] <= 0.035, report

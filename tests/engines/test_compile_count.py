@@ -1,9 +1,9 @@
 """Which graphs decoding compiles after calibration has run (Dynamo's frames, eager backend, CPU).
 
-On a GPU the first decode job of a warm job worker paid for every graph that calibration
-had not compiled already (session 13: 11 graphs, 22-27 s; session 14: 5).  Calibration's
-step-constant runs and its AR and DFlash baseline runs now compile everything those
-methods and BASTION replay.  The compiled engine's functions are traced here as a GPU run
+On a GPU the first decode job of a warm job worker pays for every graph that calibration
+has not compiled already (11 graphs and 22-27 s on an H200 when calibration ran only
+BASTION's probes).  Calibration's step-constant runs and its AR and DFlash baseline runs
+compile everything those methods and BASTION replay.  The compiled engine's functions are traced here as a GPU run
 traces them, with Dynamo's eager backend instead of Inductor so that only the tracing is
 paid: calibration's runs first, then AR, DFlash and BASTION, counting the frames each compiles.
 """

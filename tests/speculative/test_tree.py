@@ -528,4 +528,4 @@ def test_rule_differences_in_fp64():
     # p * (T + C(n)) ~ 1e-11 < P * 1e-9: rejected as soon as n >= n_min
     assert build_tree(torch.tensor(0), logq, policy, curve, 0.0).size == 2
     assert len(build_tree_heap(0, logq, policy, curve, 0.0)[0]) == 2
-    assert build_tree(torch.tensor(0), logq, policy, curve.float(), 0.0).size == n_max  # the old fp32 rule
+    assert build_tree(torch.tensor(0), logq, policy, curve.float(), 0.0).size == n_max  # what an fp32 rule builds
