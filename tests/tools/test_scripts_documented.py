@@ -1,4 +1,4 @@
-"""Every script says what it makes and how to run it."""
+"""Every script says what it makes and how to run it, and every script or file the docs name exists."""
 
 from __future__ import annotations
 
@@ -44,3 +44,27 @@ def test_a_python_script_shows_its_module_command(path):
     module = ".".join(path.relative_to(REPO).with_suffix("").parts)
     assert f"python -m {module}" in doc, f"{_rel(path)}: its docstring does not show `python -m {module}`"
     assert not HISTORY.search(doc), f"{_rel(path)}: {HISTORY.search(doc).group(0)!r} in its docstring"
+
+
+# a repository path the prose names: top folder, then a file name with an extension
+NAMED_PATH = re.compile(r"(?<![\w./-])((?:bastion|dflash|benchmarks|tools|tests|workflow|docs|profiles)/"
+                        r"[\w./-]*\w\.(?:py|sh|smk|md|jsonl|json|yaml|csv|txt|png))(?!\w)")
+NAMED_MODULE = re.compile(r"python3? -m ((?:benchmarks|tools)(?:\.[a-z_][a-z0-9_]*)+)")  # NAME: a placeholder
+
+
+def _documents() -> list[Path]:
+    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *SHELL_SCRIPTS, *PY_SCRIPTS]
+
+
+@pytest.mark.parametrize("doc", _documents(), ids=_rel)
+def test_every_named_file_and_module_exists(doc):
+    text = doc.read_text()
+    missing = [m for m in NAMED_PATH.findall(text) if not (REPO / m).exists()]
+    missing += [m for m in NAMED_MODULE.findall(text) if not (REPO / (m.replace(".", "/") + ".py")).exists()]
+    assert not missing, f"{_rel(doc)} names what the repository does not hold: {sorted(set(missing))}"
+
+
+def test_the_reference_check_catches_a_missing_file():
+    text = "run `bash tools/gpu/no_such_script.sh`, then python -m benchmarks.no_such_bench"
+    assert NAMED_PATH.findall(text) == ["tools/gpu/no_such_script.sh"]
+    assert NAMED_MODULE.findall(text) == ["benchmarks.no_such_bench"]
