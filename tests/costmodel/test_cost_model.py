@@ -200,7 +200,7 @@ S_GRID, C_GRID = (a.ravel().astype(float) for a in np.meshgrid(np.arange(16, 513
 REGIMES = {
     # no attention terms: the layers' two lines cross in the middle of the grid
     "layers_only": CostParams(a_c=1.5, b_c=1e-3, a_m=1.2, b_m=2e-3),
-    # as fitted on the H200 (docs/performance.md, run P): every branch somewhere
+    # as fitted on the H200 (docs/performance.md, "Cost-model error"): every branch somewhere
     "h200_like": CostParams(0.88, 3.5e-3, 1.53, 0.0, u_kv=7.7, u_att=2.9, f_kv=25.0, f_att=0.16, f_peak=0.91),
     # launch overhead on both lines, the unfused attention for more trees
     "launch_bound": CostParams(2.0, 3e-3, 1.1, 5e-3, u_kv=4.0, u_att=2.0, f_kv=30.0, f_att=0.2, f_peak=1.0),
