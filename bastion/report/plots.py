@@ -21,6 +21,7 @@ from bastion.report.plot_style import (
     panel_figure,
     require,
 )
+from bastion.report.averages import average, coverage_notes, finite_datasets, panel_coverage
 from bastion.report.tables import (
     AVERAGE,
     combo_label,
@@ -47,7 +48,11 @@ def _main_methods(df: pd.DataFrame, methods: Sequence[str] | None) -> list[str]:
 
 def speedup_bars(cells_csv: str | os.PathLike, out_pdf: str | os.PathLike, title: Mapping[str, Any] | str,
                  methods: Sequence[str] | None = None) -> None:
-    """Grouped bars of each method's speedup per dataset, the Average group first."""
+    """Grouped bars of each method's speedup per dataset, the Average group first.
+
+    The Average compares like with like (:mod:`bastion.report.averages`): a method
+    missing from a dataset of the panel has no Average bar, and a note says so.
+    """
     what = "speedup_bars"
     df = read_csvs(cells_csv)
     require(df, ["model", "dataset", "temperature", "method", "speedup"], what)
@@ -61,35 +66,42 @@ def speedup_bars(cells_csv: str | os.PathLike, out_pdf: str | os.PathLike, title
     groups = [AVERAGE] + datasets
     pw = max(5.0, 0.9 + len(groups) * (0.35 + 0.42 * len(shown))) + 1.6
     fig, axes, height = panel_figure(len(panels), pw, 3.8)
-    width = 0.8 / max(len(shown), 1)
+    notes: list[str] = []
     for k, (model, temp) in enumerate(panels):
-        ax = axes.flat[k]
         sub = rows[(rows["model"] == model) & (rows["temperature"] == temp)]
-        top = 1.0
-        for i, method in enumerate(shown):
-            per = sub[sub["method"] == method].groupby("dataset")["speedup"].mean()
-            vals = [per.mean() if len(per) else np.nan] + [per.get(d, np.nan) for d in datasets]
-            x = np.arange(len(groups)) + (i - (len(shown) - 1) / 2) * width
-            ax.bar(x, vals, width * 0.92, color=color(method, i), label=method_label(method),
-                   edgecolor="black", linewidth=0.4)
-            for xi, v in zip(x, vals):
-                if np.isfinite(v):
-                    ax.text(xi, v, f"{v:.2f}x", ha="center", va="bottom", fontsize=7,
-                            rotation=90 if len(shown) * len(groups) > 14 else 0)
-                    top = max(top, v)
-        ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="AR (1.00x)")
-        ax.set_xticks(np.arange(len(groups)))
-        ax.set_xticklabels(groups, rotation=30 if len(groups) > 4 else 0, ha="right" if len(groups) > 4 else "center")
-        for lab in ax.get_xticklabels():
-            if lab.get_text() == AVERAGE:
-                lab.set_fontweight("bold")
-        ax.set_ylim(0, top * 1.22)
-        ax.set_xlabel("Dataset")
-        ax.set_ylabel(SPEEDUP_LABEL)
-        ax.set_title(combo_label(model, temp), fontsize=10)
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-        ax.grid(axis="y", alpha=0.3)
-    finish_panels(fig, axes, len(panels), title_text(title, "Speedup over AR"), height, out_pdf)
+        per = {m: sub[sub["method"] == m].groupby("dataset")["speedup"].mean().to_dict() for m in shown}
+        covs = panel_coverage({m: finite_datasets(v) for m, v in per.items()})
+        notes += coverage_notes(combo_label(model, temp), covs, method_label)
+        bars = {m: [average(per[m], m, covs[m])] + [per[m].get(d, np.nan) for d in datasets] for m in shown}
+        _draw_bars(axes.flat[k], bars, groups, combo_label(model, temp))
+    finish_panels(fig, axes, len(panels), title_text(title, "Speedup over AR"), height, out_pdf, notes)
+
+
+def _draw_bars(ax, bars: Mapping[str, Sequence[float]], groups: Sequence[str], head: str) -> None:
+    """One panel of grouped bars: ``bars`` is method -> a value per group, NaN where none."""
+    width = 0.8 / max(len(bars), 1)
+    top = 1.0
+    for i, (method, vals) in enumerate(bars.items()):
+        x = np.arange(len(groups)) + (i - (len(bars) - 1) / 2) * width
+        ax.bar(x, vals, width * 0.92, color=color(method, i), label=method_label(method),
+               edgecolor="black", linewidth=0.4)
+        for xi, v in zip(x, vals):
+            if np.isfinite(v):
+                ax.text(xi, v, f"{v:.2f}x", ha="center", va="bottom", fontsize=7,
+                        rotation=90 if len(bars) * len(groups) > 14 else 0)
+                top = max(top, v)
+    ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="AR (1.00x)")
+    ax.set_xticks(np.arange(len(groups)))
+    ax.set_xticklabels(groups, rotation=30 if len(groups) > 4 else 0, ha="right" if len(groups) > 4 else "center")
+    for lab in ax.get_xticklabels():
+        if lab.get_text() == AVERAGE:
+            lab.set_fontweight("bold")
+    ax.set_ylim(0, top * 1.22)
+    ax.set_xlabel("Dataset")
+    ax.set_ylabel(SPEEDUP_LABEL)
+    ax.set_title(head, fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    ax.grid(axis="y", alpha=0.3)
 
 
 # --------------------------------------------------------------------------- budget ablation
@@ -176,7 +188,12 @@ def budget_ablation(cells_csv: str | os.PathLike | Sequence[str | os.PathLike], 
 def hardware_comparison(cells_csvs: Sequence[str | os.PathLike] | str | os.PathLike,
                         out_pdf: str | os.PathLike, title: Mapping[str, Any] | str,
                         methods: Sequence[str] | None = None) -> None:
-    """Average speedup over datasets per hardware key, grouped by method."""
+    """Average speedup over datasets per hardware key, grouped by method.
+
+    Within a panel every bar averages the same datasets, those where every (hardware,
+    method) of the panel has a result; one missing from some of them has no bar, and a
+    note says what it misses (:mod:`bastion.report.averages`).
+    """
     what = "hardware_comparison"
     df = read_csvs(cells_csvs)
     require(df, ["hardware", "model", "dataset", "temperature", "method", "speedup"], what)
@@ -188,34 +205,43 @@ def hardware_comparison(cells_csvs: Sequence[str | os.PathLike] | str | os.PathL
     panels = combos(rows)
     pw = max(5.0, 1.2 + len(shown) * (0.5 + 0.55 * len(hardware))) + 1.8
     fig, axes, height = panel_figure(len(panels), pw, 3.8)
-    width = 0.8 / len(hardware)
+    notes: list[str] = []
     for k, (model, temp) in enumerate(panels):
-        ax = axes.flat[k]
         sub = rows[(rows["model"] == model) & (rows["temperature"] == temp)]
-        top = 1.0
-        for i, hw in enumerate(hardware):
-            h = sub[sub["hardware"] == hw]
-            vals = [h[h["method"] == m].groupby("dataset")["speedup"].mean().mean() for m in shown]
-            x = np.arange(len(shown)) + (i - (len(hardware) - 1) / 2) * width
-            ax.bar(x, vals, width * 0.92, color=EXTRA_COLORS[i % len(EXTRA_COLORS)], label=hw,
-                   edgecolor="black", linewidth=0.4)
-            for xi, v in zip(x, vals):
-                if np.isfinite(v):
-                    ax.text(xi, v, f"{v:.2f}x", ha="center", va="bottom", fontsize=8)
-                    top = max(top, v)
-        ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="AR (1.00x)")
-        ax.set_xticks(np.arange(len(shown)))
-        ax.set_xticklabels([method_label(m) for m in shown])
-        ax.set_ylim(0, top * 1.2)
-        ax.set_xlabel("Method")
-        ax.set_ylabel("Average speedup over AR (mean over datasets)")
-        ax.set_title(combo_label(model, temp), fontsize=10)
-        ax.legend(fontsize=8, title="hardware", title_fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0),
-                  borderaxespad=0)
-        ax.grid(axis="y", alpha=0.3)
+        per = {(hw, m): sub[(sub["hardware"] == hw) & (sub["method"] == m)].groupby("dataset")["speedup"].mean()
+               .to_dict() for hw in hardware for m in shown}
+        covs = panel_coverage({key: finite_datasets(v) for key, v in per.items()}, method_of=lambda key: key[1])
+        notes += coverage_notes(combo_label(model, temp), covs, lambda key: f"{method_label(key[1])} on {key[0]}",
+                                what="method on every hardware")
+        vals = {hw: [average(per[(hw, m)], (hw, m), covs[(hw, m)]) for m in shown] for hw in hardware}
+        _draw_hardware(axes.flat[k], vals, shown, combo_label(model, temp))
     if isinstance(title, Mapping):
         title = {**title, "hardware": hardware}
-    finish_panels(fig, axes, len(panels), title_text(title, "Speedup across hardware"), height, out_pdf)
+    finish_panels(fig, axes, len(panels), title_text(title, "Speedup across hardware"), height, out_pdf, notes)
+
+
+def _draw_hardware(ax, vals: Mapping[str, Sequence[float]], shown: Sequence[str], head: str) -> None:
+    """One panel: a bar per hardware key (``vals``: hardware -> a value per method) in each method's group."""
+    width = 0.8 / len(vals)
+    top = 1.0
+    for i, (hw, ys) in enumerate(vals.items()):
+        x = np.arange(len(shown)) + (i - (len(vals) - 1) / 2) * width
+        ax.bar(x, ys, width * 0.92, color=EXTRA_COLORS[i % len(EXTRA_COLORS)], label=hw,
+               edgecolor="black", linewidth=0.4)
+        for xi, v in zip(x, ys):
+            if np.isfinite(v):
+                ax.text(xi, v, f"{v:.2f}x", ha="center", va="bottom", fontsize=8)
+                top = max(top, v)
+    ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="AR (1.00x)")
+    ax.set_xticks(np.arange(len(shown)))
+    ax.set_xticklabels([method_label(m) for m in shown])
+    ax.set_ylim(0, top * 1.2)
+    ax.set_xlabel("Method")
+    ax.set_ylabel("Average speedup over AR (mean over datasets)")
+    ax.set_title(head, fontsize=10)
+    ax.legend(fontsize=8, title="hardware", title_fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              borderaxespad=0)
+    ax.grid(axis="y", alpha=0.3)
 
 
 __all__ = ["budget_ablation", "hardware_comparison", "speedup_bars", "title_text"]
