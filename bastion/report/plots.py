@@ -129,57 +129,73 @@ def budget_ablation(cells_csv: str | os.PathLike | Sequence[str | os.PathLike], 
     fixed = fixed[np.isfinite(fixed["b"].to_numpy(dtype=float))]
     if fixed.empty:
         raise ValueError(f"{what}: no fixed-budget cells bastion-b<N> (found: {sorted(set(df['method']))})")
-    adaptive = df[df["method"] == "bastion"]
-    dflash = df[df["method"] == "dflash"]
     panels = combos(fixed)
     fig, axes, height = panel_figure(len(panels), 8.4, 3.8)
     for k, (model, temp) in enumerate(panels):
         ax = axes.flat[k]
-        sel = (fixed["model"] == model) & (fixed["temperature"] == temp)
-        sub = fixed[sel]
-        datasets = order_datasets(sub["dataset"])
-        budgets = sorted(set(sub["b"]))
-        if len(datasets) > 1:
-            for i, d in enumerate(datasets):
-                line = sub[sub["dataset"] == d].groupby("b")["speedup"].mean().sort_index()
-                ax.plot(line.index, line.values, "-", linewidth=0.8, alpha=0.55, marker=".",
-                        color=EXTRA_COLORS[i % len(EXTRA_COLORS)], label=d)
-        mean = sub.groupby(["b", "dataset"])["speedup"].mean().groupby("b").mean().sort_index()
-        ax.plot(mean.index, mean.values, "o-", color=COLORS["bastion"], linewidth=2.2,
-                label="fixed budget, mean over datasets" if len(datasets) > 1 else "fixed budget")
-        xs = list(budgets)
-        a = adaptive[(adaptive["model"] == model) & (adaptive["temperature"] == temp)]
-        if not a.empty and "mean_tree_size" in a:
-            per = a.groupby("dataset")[["mean_tree_size", "speedup"]].mean()
-            ax_x, ax_y = float(per["mean_tree_size"].mean()), float(per["speedup"].mean())
-            if np.isfinite(ax_x) and ax_x > 0 and np.isfinite(ax_y):
-                ax.plot([ax_x], [ax_y], marker="*", markersize=16, color="#C44E52", markeredgecolor="black",
-                        linestyle="none", label=f"adaptive BASTION ({ax_y:.2f}x at {ax_x:.1f} nodes)", zorder=5)
-                ax.annotate("adaptive", (ax_x, ax_y), textcoords="offset points", xytext=(8, 8), fontsize=9,
-                            fontweight="bold", color="#C44E52")
-                xs.append(ax_x)
-        dfl = dflash[(dflash["model"] == model) & (dflash["temperature"] == temp)]
+        sub = _in_panel(fixed, model, temp)
+        xs = _fixed_lines(ax, sub)
+        xs += _adaptive_point(ax, _in_panel(df[df["method"] == "bastion"], model, temp))
+        dfl = _in_panel(df[df["method"] == "dflash"], model, temp)
         if not dfl.empty:
             v = float(dfl.groupby("dataset")["speedup"].mean().mean())
             if np.isfinite(v):
                 ax.axhline(v, color=COLORS["dflash"], linestyle=":", linewidth=1.4, label=f"DFlash ({v:.2f}x)")
         ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="AR (1.00x)")
-        positive = [x for x in xs if x > 0]
-        if positive:
-            from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
-
-            ax.set_xscale("log", base=2)
-            ax.xaxis.set_major_locator(FixedLocator(budgets))
-            ax.xaxis.set_minor_locator(NullLocator())
-            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-            lo, hi = min(positive), max(positive)
-            ax.set_xlim(lo / 1.4, hi * 1.4)
-        ax.set_xlabel("Fixed tree budget (nodes verified per step, log2 scale)")
+        _budget_axis(ax, xs, sorted(set(sub["b"])))
         ax.set_ylabel(SPEEDUP_LABEL)
         ax.set_title(combo_label(model, temp), fontsize=10)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
         ax.grid(alpha=0.3)
     finish_panels(fig, axes, len(panels), title_text(title, "Tree budget ablation"), height, out_pdf)
+
+
+def _in_panel(frame: pd.DataFrame, model: str, temp: float) -> pd.DataFrame:
+    return frame[(frame["model"] == model) & (frame["temperature"] == temp)]
+
+
+def _fixed_lines(ax, sub: pd.DataFrame) -> list[float]:
+    """Each dataset's speedup against the fixed budget (when several) and their mean; returns the budgets."""
+    datasets = order_datasets(sub["dataset"])
+    if len(datasets) > 1:
+        for i, d in enumerate(datasets):
+            line = sub[sub["dataset"] == d].groupby("b")["speedup"].mean().sort_index()
+            ax.plot(line.index, line.values, "-", linewidth=0.8, alpha=0.55, marker=".",
+                    color=EXTRA_COLORS[i % len(EXTRA_COLORS)], label=d)
+    mean = sub.groupby(["b", "dataset"])["speedup"].mean().groupby("b").mean().sort_index()
+    ax.plot(mean.index, mean.values, "o-", color=COLORS["bastion"], linewidth=2.2,
+            label="fixed budget, mean over datasets" if len(datasets) > 1 else "fixed budget")
+    return sorted(set(sub["b"]))
+
+
+def _adaptive_point(ax, a: pd.DataFrame) -> list[float]:
+    """Adaptive BASTION at its mean tree size, if it has cells; returns that size (or nothing)."""
+    if a.empty or "mean_tree_size" not in a:
+        return []
+    per = a.groupby("dataset")[["mean_tree_size", "speedup"]].mean()
+    ax_x, ax_y = float(per["mean_tree_size"].mean()), float(per["speedup"].mean())
+    if not (np.isfinite(ax_x) and ax_x > 0 and np.isfinite(ax_y)):
+        return []
+    ax.plot([ax_x], [ax_y], marker="*", markersize=16, color="#C44E52", markeredgecolor="black",
+            linestyle="none", label=f"adaptive BASTION ({ax_y:.2f}x at {ax_x:.1f} nodes)", zorder=5)
+    ax.annotate("adaptive", (ax_x, ax_y), textcoords="offset points", xytext=(8, 8), fontsize=9,
+                fontweight="bold", color="#C44E52")
+    return [ax_x]
+
+
+def _budget_axis(ax, xs: Sequence[float], budgets: Sequence[float]) -> None:
+    """A log2 x axis labelled at the fixed budgets, wide enough for every point drawn."""
+    positive = [x for x in xs if x > 0]
+    if positive:
+        from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_locator(FixedLocator(budgets))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        lo, hi = min(positive), max(positive)
+        ax.set_xlim(lo / 1.4, hi * 1.4)
+    ax.set_xlabel("Fixed tree budget (nodes verified per step, log2 scale)")
 
 
 # --------------------------------------------------------------------------- hardware comparison

@@ -180,44 +180,48 @@ def cost_model_fit(grid_jsons: Sequence[str | os.PathLike], models: Sequence[str
         raise ValueError(f"{what}: no calibration points with a prediction in {[str(p) for p in grid_jsons]}")
     fig, axes, height = panel_figure(len(panels), 5.2, 4.2, max_cols=3)
     for k, (name, pts, report) in enumerate(panels):
-        ax = axes.flat[k]
-        meas = np.array([p["latency_s"] for p in pts], dtype=float) * 1e3
-        pred = np.array([p["predicted_s"] for p in pts], dtype=float) * 1e3
-        held = np.array([bool(p.get("heldout")) for p in pts])
-
-        def _pct(key: str, mask: np.ndarray) -> float:
-            v = report.get(key)
-            if v is not None and np.isfinite(v):
-                return 100.0 * float(v)
-            return 100.0 * float(np.mean(np.abs(pred[mask] - meas[mask]) / meas[mask])) if mask.any() else np.nan
-
-        in_mape, out_mape = _pct("in_sample_mape", ~held), _pct("heldout_mape", held)
-        ax.scatter(meas[~held], pred[~held], s=18, color=COLORS["dflash"], alpha=0.75,
-                   label=f"fit points ({int((~held).sum())}), MAPE {in_mape:.1f}%")
-        if held.any():
-            extra = report.get("heldout_max_ape")
-            mx = f", max {100 * extra:.1f}%" if extra is not None else ""
-            ax.scatter(meas[held], pred[held], s=46, marker="^", color="#C44E52", edgecolor="black",
-                       linewidth=0.5, label=f"held out ({int(held.sum())}), MAPE {out_mape:.1f}%{mx}", zorder=4)
-        both = np.concatenate([meas, pred])
-        both = both[np.isfinite(both) & (both > 0)]
-        lo, hi = both.min() / 1.15, both.max() * 1.15
-        ax.plot([lo, hi], [lo, hi], "k--", linewidth=1, label="identity (y = x)")
-        if hi / lo > 10:
-            _log_axes_125(ax, lo, hi)
-        ax.set_xlim(lo, hi)
-        ax.set_ylim(lo, hi)
-        ax.set_aspect("equal", adjustable="box")
-        ax.set_xlabel("Measured verification latency (ms)")
-        ax.set_ylabel("Predicted verification latency (ms)")
-        worst = report.get("heldout_max_ape")
-        head = f"{name}: held-out error {out_mape:.1f}% mean" if held.any() else f"{name}: MAPE {in_mape:.1f}%"
-        if held.any() and worst is not None:
-            head += f", {100 * worst:.1f}% worst"
-        gate = report.get("quality_gate") or {}
-        if gate and not gate.get("passed", True):
-            head += "\n(above the calibration quality gate; accepted by override)"
-        ax.set_title(head, fontsize=10)
-        ax.legend(fontsize=7, loc="upper left")
-        ax.grid(alpha=0.3)
+        _fit_panel(axes.flat[k], name, pts, report)
     finish_panels(fig, axes, len(panels), title_text(title, "Cost model fit"), height, out_pdf)
+
+
+def _fit_panel(ax, name: str, pts: Sequence[Mapping[str, Any]], report: Mapping[str, Any]) -> None:
+    """One model's predicted against measured latencies: fit points, held-out points, the identity."""
+    meas = np.array([p["latency_s"] for p in pts], dtype=float) * 1e3
+    pred = np.array([p["predicted_s"] for p in pts], dtype=float) * 1e3
+    held = np.array([bool(p.get("heldout")) for p in pts])
+
+    def _pct(key: str, mask: np.ndarray) -> float:
+        v = report.get(key)
+        if v is not None and np.isfinite(v):
+            return 100.0 * float(v)
+        return 100.0 * float(np.mean(np.abs(pred[mask] - meas[mask]) / meas[mask])) if mask.any() else np.nan
+
+    in_mape, out_mape = _pct("in_sample_mape", ~held), _pct("heldout_mape", held)
+    ax.scatter(meas[~held], pred[~held], s=18, color=COLORS["dflash"], alpha=0.75,
+               label=f"fit points ({int((~held).sum())}), MAPE {in_mape:.1f}%")
+    if held.any():
+        extra = report.get("heldout_max_ape")
+        mx = f", max {100 * extra:.1f}%" if extra is not None else ""
+        ax.scatter(meas[held], pred[held], s=46, marker="^", color="#C44E52", edgecolor="black",
+                   linewidth=0.5, label=f"held out ({int(held.sum())}), MAPE {out_mape:.1f}%{mx}", zorder=4)
+    both = np.concatenate([meas, pred])
+    both = both[np.isfinite(both) & (both > 0)]
+    lo, hi = both.min() / 1.15, both.max() * 1.15
+    ax.plot([lo, hi], [lo, hi], "k--", linewidth=1, label="identity (y = x)")
+    if hi / lo > 10:
+        _log_axes_125(ax, lo, hi)
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_aspect("equal", adjustable="box")
+    ax.set_xlabel("Measured verification latency (ms)")
+    ax.set_ylabel("Predicted verification latency (ms)")
+    worst = report.get("heldout_max_ape")
+    head = f"{name}: held-out error {out_mape:.1f}% mean" if held.any() else f"{name}: MAPE {in_mape:.1f}%"
+    if held.any() and worst is not None:
+        head += f", {100 * worst:.1f}% worst"
+    gate = report.get("quality_gate") or {}
+    if gate and not gate.get("passed", True):
+        head += "\n(above the calibration quality gate; accepted by override)"
+    ax.set_title(head, fontsize=10)
+    ax.legend(fontsize=7, loc="upper left")
+    ax.grid(alpha=0.3)
