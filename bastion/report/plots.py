@@ -119,7 +119,9 @@ def budget_ablation(cells_csv: str | os.PathLike | Sequence[str | os.PathLike], 
     """Speedup against a fixed tree budget, averaged over datasets, with the adaptive point marked.
 
     ``cells_csv`` may be several files: the pipeline keeps the fixed budgets' cells apart
-    from the main comparison's (adaptive BASTION and DFlash).
+    from the main comparison's (adaptive BASTION and DFlash).  Every mean of a panel is
+    over the same datasets, those where every budget, adaptive BASTION and DFlash have a
+    result (:mod:`bastion.report.averages`); a note names what misses one.
     """
     what = "budget_ablation"
     df = read_csvs(cells_csv)
@@ -129,32 +131,45 @@ def budget_ablation(cells_csv: str | os.PathLike | Sequence[str | os.PathLike], 
     fixed = fixed[np.isfinite(fixed["b"].to_numpy(dtype=float))]
     if fixed.empty:
         raise ValueError(f"{what}: no fixed-budget cells bastion-b<N> (found: {sorted(set(df['method']))})")
+    if "mean_tree_size" not in df:
+        df = df.assign(mean_tree_size=np.nan)
     panels = combos(fixed)
     fig, axes, height = panel_figure(len(panels), 8.4, 3.8)
+    notes: list[str] = []
     for k, (model, temp) in enumerate(panels):
         ax = axes.flat[k]
         sub = _in_panel(fixed, model, temp)
-        xs = _fixed_lines(ax, sub)
-        xs += _adaptive_point(ax, _in_panel(df[df["method"] == "bastion"], model, temp))
-        dfl = _in_panel(df[df["method"] == "dflash"], model, temp)
-        if not dfl.empty:
-            v = float(dfl.groupby("dataset")["speedup"].mean().mean())
-            if np.isfinite(v):
-                ax.axhline(v, color=COLORS["dflash"], linestyle=":", linewidth=1.4, label=f"DFlash ({v:.2f}x)")
+        budgets = dict(sorted({m: b for m, b in zip(sub["method"], sub["b"])}.items(), key=lambda mb: mb[1]))
+        shown = _in_panel(df[df["method"].isin([*budgets, "bastion", "dflash"])], model, temp)
+        per = {m: g.groupby("dataset")[["speedup", "mean_tree_size"]].mean() for m, g in shown.groupby("method")}
+        covs = panel_coverage({m: finite_datasets(v["speedup"].to_dict()) for m, v in per.items()})
+        notes += coverage_notes(combo_label(model, temp), covs, method_label)
+        xs = _fixed_lines(ax, sub, {b: _mean(per, m, covs) for m, b in budgets.items()})
+        xs += _adaptive_point(ax, _mean(per, "bastion", covs, "mean_tree_size"), _mean(per, "bastion", covs))
+        v = _mean(per, "dflash", covs)
+        if np.isfinite(v):
+            ax.axhline(v, color=COLORS["dflash"], linestyle=":", linewidth=1.4, label=f"DFlash ({v:.2f}x)")
         ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="AR (1.00x)")
         _budget_axis(ax, xs, sorted(set(sub["b"])))
         ax.set_ylabel(SPEEDUP_LABEL)
         ax.set_title(combo_label(model, temp), fontsize=10)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
         ax.grid(alpha=0.3)
-    finish_panels(fig, axes, len(panels), title_text(title, "Tree budget ablation"), height, out_pdf)
+    finish_panels(fig, axes, len(panels), title_text(title, "Tree budget ablation"), height, out_pdf, notes)
 
 
 def _in_panel(frame: pd.DataFrame, model: str, temp: float) -> pd.DataFrame:
     return frame[(frame["model"] == model) & (frame["temperature"] == temp)]
 
 
-def _fixed_lines(ax, sub: pd.DataFrame) -> list[float]:
+def _mean(per: Mapping[str, pd.DataFrame], method: str, covs: Mapping[str, Any], column: str = "speedup") -> float:
+    """A method's mean of ``column`` over its panel's common datasets; NaN without one."""
+    if method not in per:
+        return float("nan")
+    return average(per[method][column].to_dict(), method, covs[method])
+
+
+def _fixed_lines(ax, sub: pd.DataFrame, means: Mapping[float, float]) -> list[float]:
     """Each dataset's speedup against the fixed budget (when several) and their mean; returns the budgets."""
     datasets = order_datasets(sub["dataset"])
     if len(datasets) > 1:
@@ -162,18 +177,13 @@ def _fixed_lines(ax, sub: pd.DataFrame) -> list[float]:
             line = sub[sub["dataset"] == d].groupby("b")["speedup"].mean().sort_index()
             ax.plot(line.index, line.values, "-", linewidth=0.8, alpha=0.55, marker=".",
                     color=EXTRA_COLORS[i % len(EXTRA_COLORS)], label=d)
-    mean = sub.groupby(["b", "dataset"])["speedup"].mean().groupby("b").mean().sort_index()
-    ax.plot(mean.index, mean.values, "o-", color=COLORS["bastion"], linewidth=2.2,
+    ax.plot(list(means), list(means.values()), "o-", color=COLORS["bastion"], linewidth=2.2,
             label="fixed budget, mean over datasets" if len(datasets) > 1 else "fixed budget")
     return sorted(set(sub["b"]))
 
 
-def _adaptive_point(ax, a: pd.DataFrame) -> list[float]:
-    """Adaptive BASTION at its mean tree size, if it has cells; returns that size (or nothing)."""
-    if a.empty or "mean_tree_size" not in a:
-        return []
-    per = a.groupby("dataset")[["mean_tree_size", "speedup"]].mean()
-    ax_x, ax_y = float(per["mean_tree_size"].mean()), float(per["speedup"].mean())
+def _adaptive_point(ax, ax_x: float, ax_y: float) -> list[float]:
+    """Adaptive BASTION at its mean tree size, if it has one; returns that size (or nothing)."""
     if not (np.isfinite(ax_x) and ax_x > 0 and np.isfinite(ax_y)):
         return []
     ax.plot([ax_x], [ax_y], marker="*", markersize=16, color="#C44E52", markeredgecolor="black",

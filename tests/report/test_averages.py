@@ -119,3 +119,17 @@ def test_hardware_comparison_averages_like_with_like(tmp_path):
         assert v in text
     for v in ("4.40x", "3.17x", "1.75x 1.75x", "5.75x 5.75x"):
         assert v not in text
+
+
+def test_budget_ablation_means_like_with_like(tmp_path):
+    values = {("dflash", "gsm8k"): (2.0, 3.0), ("dflash", "math500"): (3.0, 4.0), ("dflash", "mbpp"): (4.0, 5.0),
+              ("bastion", "gsm8k"): (2.25, 6.0), ("bastion", "math500"): (3.25, 6.0), ("bastion", "mbpp"): (8.25, 6.0),
+              ("bastion-b16", "gsm8k"): (1.5, 3.0), ("bastion-b16", "math500"): (2.5, 3.0),
+              ("bastion-b16", "mbpp"): (6.5, 3.0),
+              ("bastion-b64", "gsm8k"): (1.25, 3.0), ("bastion-b64", "math500"): (1.75, 3.0)}
+    out = tmp_path / "ablation.pdf"
+    plots.budget_ablation(partial_cells(tmp_path, values), out, TITLE)
+    text = pdf_text(out)
+    assert "averages over gsm8k, math500 only" in text and "BASTION (b=64) has no result on mbpp" in text
+    # adaptive BASTION and DFlash over gsm8k and math500: 2.75x and 2.50x, not 4.58x and 3.00x over all three
+    assert "adaptive BASTION (2.75x at 16.0 nodes)" in text and "DFlash (2.50x)" in text
