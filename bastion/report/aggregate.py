@@ -2,9 +2,14 @@
 
 A cell is (hardware, model, dataset, temperature, method); ``method`` is ``ar``,
 ``dflash``, ``bastion`` (adaptive) or ``bastion-b<N>`` (fixed budget N).  Speedup is
-the AR time per output token over the method's, over the decode phase, within the same
-(hardware, model, dataset, temperature); tau is tokens committed per target forward,
-pooled over all steps of the cell.  At T = 0 every row also says whether the method's
+the ratio of mean times per output token, AR's over the method's, within the same
+(hardware, model, dataset, temperature): a response's time per output token is its
+decode seconds over its output tokens, and each mean is over the cell's responses of
+more than one token (a one-token response has no decode phase), as the original
+release's benchmark computes it.  It is neither the mean of per-response ratios nor
+total seconds over total tokens.  tau is tokens committed per target forward, pooled
+over all steps of the cell: total committed over total steps (the release instead
+averages each response's mean).  At T = 0 every row also says whether the method's
 output equals AR's for the same prompt and turn (``same_as_ar``; a cell holds the
 fraction): speculative decoding is lossless, so anything below 1 in fp32 is a bug, and in
 bf16 it measures how often kernel rounding flips a near-tie.  Every row carries the
@@ -85,6 +90,8 @@ def step_rows(recs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def cell_rows(prompt_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per cell: ``tpot_s`` the mean of its responses' times per output token, ``speedup``
+    AR's ``tpot_s`` over the method's, ``tau`` total committed over total steps (module docstring)."""
     groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for r in prompt_rows:
         groups[tuple(r[k] for k in CELL_KEYS)].append(r)

@@ -23,8 +23,13 @@ from bastion.report.tables import (
     title_text,
 )
 
-DEFINITIONS = (f"Speedup: AR time per output token over the method's (decode phase); "
-               f"\u03c4: tokens committed per verification step; {MISSING}: no result.")
+# What the numbers are, as bastion.report.aggregate computes them.
+DEFINITIONS = ("Speedup: the ratio of mean times per output token, AR's over the method's, in the decode phase; "
+               "each mean is over the responses (a response's decode seconds over its output tokens), as the "
+               "original release's benchmark computes it: not total seconds over total tokens, nor a mean of "
+               "per-response ratios. "
+               "\u03c4: tokens committed per target forward, pooled over every step of every response "
+               f"(total committed over total steps). {MISSING}: no result.")
 
 
 def formatted(table: pd.DataFrame) -> list[list[str]]:
@@ -136,8 +141,8 @@ def to_pdf(table: pd.DataFrame, title: str, out_pdf: str | os.PathLike) -> None:
             header.append(f"{key}\n{method_label(method)}\n{_metric_header(parse_column(c)[3])}")
     body = formatted(table)
     ncols = len(header)
-    # wide enough for the columns, the title (11 pt) and the definitions' line (8 pt)
-    width = max(1.5 + 1.1 * (ncols - 1) + 0.4, 0.085 * len(title) + 0.6, min(0.062 * len(DEFINITIONS) + 0.5, 12.0))
+    # wide enough for the columns and the title (11 pt); the notes below wrap
+    width = max(1.5 + 1.1 * (ncols - 1) + 0.4, 0.085 * len(title) + 0.6, 7.0)
     foot = _footer(table, width)
     head_h, row_h, title_h, foot_h = 0.62, 0.3, 0.6, 0.25 + 0.15 * len(foot)  # inches
     table_h = head_h + row_h * len(body)
