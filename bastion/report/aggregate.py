@@ -89,6 +89,14 @@ def step_rows(recs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def _mean_tree_size(rs: Sequence[dict[str, Any]]) -> float:
+    """Tree size per step over the cell's steps; a response without steps (one token) has no trees to count."""
+    stepped = [r for r in rs if r["num_steps"]]
+    if not stepped:
+        return float("nan")
+    return float(np.average([r["mean_tree_size"] for r in stepped], weights=[r["num_steps"] for r in stepped]))
+
+
 def cell_rows(prompt_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per cell: ``tpot_s`` the mean of its responses' times per output token, ``speedup``
     AR's ``tpot_s`` over the method's, ``tau`` total committed over total steps (module docstring)."""
@@ -105,7 +113,7 @@ def cell_rows(prompt_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             "decode_seconds": float(sum(r["decode_seconds"] for r in rs)),
             "tpot_s": float(np.mean([r["tpot_s"] for r in timed])) if timed else float("nan"),
             "tau": sum(r["committed"] for r in rs) / steps if steps else float("nan"),
-            "mean_tree_size": float(np.average([r["mean_tree_size"] for r in rs], weights=[max(r["num_steps"], 1) for r in rs])),
+            "mean_tree_size": _mean_tree_size(rs),
         })
         cell["tok_per_s"] = 1.0 / cell["tpot_s"] if cell["tpot_s"] > 0 else float("nan")
         compared = [r["same_as_ar"] for r in rs if r["same_as_ar"] != ""]

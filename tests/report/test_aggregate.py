@@ -63,5 +63,6 @@ def test_speedup_is_the_ratio_of_mean_times_per_output_token(tmp_path):
     # tau pools the steps: 108 tokens committed in 35 steps, not the mean of the responses' 4.5 and 3.0
     assert float(cells["bastion"]["tau"]) == pytest.approx(108 / 35)
     assert float(cells["ar"]["speedup"]) == 1.0
+    assert float(cells["bastion"]["mean_tree_size"]) == 16.0  # the one-token response has no trees to count
     assert sorted(float(p["tpot_s"]) for p in prompts if p["method"] == "bastion")[1:] == \
         pytest.approx([0.025, 0.1])
