@@ -11,36 +11,27 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from bastion.defaults import BASELINE, METHODS
 from bastion.report.plot_style import (
     COLORS,
     EXTRA_COLORS,
+    LOSSY_HATCH,
     SPEEDUP_LABEL,
     color,
     finish_panels,
     panel_figure,
     require,
 )
-from bastion.report.averages import average, coverage_notes, finite_datasets, panel_coverage
+from bastion.report.averages import average, coverage_notes, finite_datasets, is_lossy, lossy_notes, panel_coverage
 from bastion.report.tables import (
     AVERAGE,
     combo_label,
     combos,
+    main_methods,
     method_label,
     order_datasets,
     read_csvs,
     title_text,
 )
-
-
-def _main_methods(df: pd.DataFrame, methods: Sequence[str] | None) -> list[str]:
-    """Non-AR, non-ablation methods to show, in the given order (or eagle3, dflash, bastion, others)."""
-    present = list(dict.fromkeys(df["method"]))
-    if methods is None:
-        pref = [m for m in METHODS if m != BASELINE]
-        methods = [m for m in pref if m in present] + sorted(
-            m for m in present if m not in pref and not m.startswith("bastion-b"))
-    return [m for m in dict.fromkeys(methods) if m != "ar" and m in present]
 
 
 # --------------------------------------------------------------------------- speedup bars
@@ -56,7 +47,7 @@ def speedup_bars(cells_csv: str | os.PathLike, out_pdf: str | os.PathLike, title
     what = "speedup_bars"
     df = read_csvs(cells_csv)
     require(df, ["model", "dataset", "temperature", "method", "speedup"], what)
-    shown = _main_methods(df, methods)
+    shown = main_methods(df["method"], methods)
     rows = df[df["method"].isin(shown)]
     if rows.empty:
         raise ValueError(f"{what}: no cells of the methods {list(methods or [])} other than AR "
@@ -66,7 +57,7 @@ def speedup_bars(cells_csv: str | os.PathLike, out_pdf: str | os.PathLike, title
     groups = [AVERAGE] + datasets
     pw = max(5.0, 0.9 + len(groups) * (0.35 + 0.42 * len(shown))) + 1.6
     fig, axes, height = panel_figure(len(panels), pw, 3.8)
-    notes: list[str] = []
+    notes = lossy_notes(shown, method_label)
     for k, (model, temp) in enumerate(panels):
         sub = rows[(rows["model"] == model) & (rows["temperature"] == temp)]
         per = {m: sub[sub["method"] == m].groupby("dataset")["speedup"].mean().to_dict() for m in shown}
@@ -84,7 +75,7 @@ def _draw_bars(ax, bars: Mapping[str, Sequence[float]], groups: Sequence[str], h
     for i, (method, vals) in enumerate(bars.items()):
         x = np.arange(len(groups)) + (i - (len(bars) - 1) / 2) * width
         ax.bar(x, vals, width * 0.92, color=color(method, i), label=method_label(method),
-               edgecolor="black", linewidth=0.4)
+               edgecolor="black", linewidth=0.4, hatch=LOSSY_HATCH if is_lossy(method) else None)
         for xi, v in zip(x, vals):
             if np.isfinite(v):
                 ax.text(xi, v, f"{v:.2f}x", ha="center", va="bottom", fontsize=7,
@@ -223,7 +214,7 @@ def hardware_comparison(cells_csvs: Sequence[str | os.PathLike] | str | os.PathL
     what = "hardware_comparison"
     df = read_csvs(cells_csvs)
     require(df, ["hardware", "model", "dataset", "temperature", "method", "speedup"], what)
-    shown = _main_methods(df, methods)
+    shown = main_methods(df["method"], methods)
     rows = df[df["method"].isin(shown)]
     if rows.empty:
         raise ValueError(f"{what}: no non-AR cells (found: {sorted(set(df['method']))})")
@@ -231,7 +222,7 @@ def hardware_comparison(cells_csvs: Sequence[str | os.PathLike] | str | os.PathL
     panels = combos(rows)
     pw = max(5.0, 1.2 + len(shown) * (0.5 + 0.55 * len(hardware))) + 1.8
     fig, axes, height = panel_figure(len(panels), pw, 3.8)
-    notes: list[str] = []
+    notes = lossy_notes(shown, method_label)
     for k, (model, temp) in enumerate(panels):
         sub = rows[(rows["model"] == model) & (rows["temperature"] == temp)]
         per = {(hw, m): sub[(sub["hardware"] == hw) & (sub["method"] == m)].groupby("dataset")["speedup"].mean()
@@ -252,8 +243,10 @@ def _draw_hardware(ax, vals: Mapping[str, Sequence[float]], shown: Sequence[str]
     top = 1.0
     for i, (hw, ys) in enumerate(vals.items()):
         x = np.arange(len(shown)) + (i - (len(vals) - 1) / 2) * width
-        ax.bar(x, ys, width * 0.92, color=EXTRA_COLORS[i % len(EXTRA_COLORS)], label=hw,
-               edgecolor="black", linewidth=0.4)
+        bars = ax.bar(x, ys, width * 0.92, color=EXTRA_COLORS[i % len(EXTRA_COLORS)], label=hw,
+                      edgecolor="black", linewidth=0.4)
+        for patch, method in zip(bars.patches, shown):
+            patch.set_hatch(LOSSY_HATCH if is_lossy(method) else None)
         for xi, v in zip(x, ys):
             if np.isfinite(v):
                 ax.text(xi, v, f"{v:.2f}x", ha="center", va="bottom", fontsize=8)

@@ -14,9 +14,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from bastion.defaults import BASELINE, METHODS
+from bastion.report.averages import is_lossy, lossy_notes
 from bastion.report.plot_style import (
     COLORS,
     EXTRA_COLORS,
+    LOSSY_HATCH,
     MAX_SCATTER,
     color,
     finish_panels,
@@ -28,6 +30,7 @@ from bastion.report.plot_style import (
 from bastion.report.tables import (
     combo_label,
     combos,
+    main_methods,
     method_label,
     read_csvs,
     title_text,
@@ -38,14 +41,14 @@ from bastion.report.tables import (
 
 def acceptance_length(steps_csv: str | os.PathLike, out_pdf: str | os.PathLike,
                       title: Mapping[str, Any] | str) -> None:
-    """Distribution of tokens committed per step: EAGLE-3, DFlash and adaptive BASTION."""
+    """Distribution of tokens committed per step of each drafting method (EAGLE-3, DFlash, BASTION, ...)."""
     what = "acceptance_length"
     df = read_csvs(steps_csv)
     require(df, ["model", "temperature", "method", "committed"], what)
-    drafting = [m for m in METHODS if m != BASELINE]
-    shown = [m for m in drafting if m in set(df["method"])]
+    shown = main_methods(df["method"])
     rows = df[df["method"].isin(shown)]
     if rows.empty:
+        drafting = [m for m in METHODS if m != BASELINE]
         raise ValueError(f"{what}: no steps of {', '.join(drafting)} (found: {sorted(set(df['method']))})")
     panels = combos(rows)
     fig, axes, height = panel_figure(len(panels), 6.2, 3.6)
@@ -63,6 +66,7 @@ def acceptance_length(steps_csv: str | os.PathLike, out_pdf: str | os.PathLike,
             tau = acc.mean()
             shade = color(method, i)
             ax.bar(x, frac, width * 0.95, color=shade, alpha=0.85, edgecolor="black", linewidth=0.3,
+                   hatch=LOSSY_HATCH if is_lossy(method) else None,
                    label=f"{method_label(method)} (mean \u03c4 = {tau:.2f}, {acc.size} steps)")
             ax.axvline(tau, color=shade, linestyle="--", linewidth=1.2)
         step = max(1, math.ceil(hi / 16))
@@ -72,7 +76,8 @@ def acceptance_length(steps_csv: str | os.PathLike, out_pdf: str | os.PathLike,
         ax.set_title(combo_label(model, temp), fontsize=10)
         ax.legend(fontsize=8)
         ax.grid(axis="y", alpha=0.3)
-    finish_panels(fig, axes, len(panels), title_text(title, "Acceptance length per step"), height, out_pdf)
+    finish_panels(fig, axes, len(panels), title_text(title, "Acceptance length per step"), height, out_pdf,
+                  lossy_notes(shown, method_label))
 
 
 # --------------------------------------------------------------------------- tree budget

@@ -12,11 +12,11 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from bastion.defaults import method_label
 from bastion.report.tables import (
     AVERAGE,
     MISSING,
     fmt,
+    method_label,
     parse_column,
     speedup_table,
     table_notes,

@@ -20,8 +20,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from bastion.defaults import method_label, temperature_tag
-from bastion.report.averages import average, coverage_notes, finite_datasets, panel_coverage
+from bastion.defaults import ABLATION_PREFIX, BASELINE, METHODS, temperature_tag
+from bastion.defaults import method_label as display_name
+from bastion.report.averages import average, coverage_notes, finite_datasets, is_lossy, lossy_notes, panel_coverage
 from bastion.report.datasets import PAPER_ORDER, dataset_name, order_datasets
 
 MISSING = "\u2013"  # en dash
@@ -37,6 +38,24 @@ def _join(values: Any) -> str:
     if isinstance(values, str):
         return values
     return ", ".join(str(v) for v in values)
+
+
+def method_label(method: str) -> str:
+    """A method's name in tables and figures: its display name, marked ``(lossy)`` where it is lossy."""
+    label = display_name(method)
+    return label if not is_lossy(method) or "lossy" in label.lower() else f"{label} (lossy)"
+
+
+def main_methods(present: Iterable[str], methods: Sequence[str] | None = None) -> list[str]:
+    """The methods to show, present ones only: ``methods`` in their order, or by default the known
+    drafting methods in :data:`~bastion.defaults.METHODS` order, then any others by name; never AR,
+    and by default never the ablation's fixed budgets."""
+    present = list(dict.fromkeys(present))
+    if methods is None:
+        pref = [m for m in METHODS if m != BASELINE]
+        methods = [m for m in pref if m in present] + sorted(
+            m for m in present if m not in pref and not m.startswith(ABLATION_PREFIX))
+    return [m for m in dict.fromkeys(methods) if m != BASELINE and m in present]
 
 
 def title_text(title: Mapping[str, Any] | str | None, what: str = "") -> str:
@@ -143,7 +162,7 @@ def speedup_table(cells: str | os.PathLike | pd.DataFrame, methods: Sequence[str
         sub = rows[(rows["model"] == model) & (rows["temperature"] == temp)]
         notes += _panel_columns(table, averages, sub, model, temp, shown)
     table.loc[AVERAGE] = pd.Series(averages, dtype=float)
-    table.attrs["notes"] = notes
+    table.attrs["notes"] = lossy_notes([m for m in shown if m in set(rows["method"])], method_label) + notes
     return table
 
 
@@ -171,5 +190,5 @@ def parse_column(col: str) -> tuple[str, str, str, str]:
 
 
 __all__ = ["AVERAGE", "MISSING", "PAPER_ORDER", "column_name", "combo_label", "combos", "dataset_name",
-           "fmt", "method_label", "order_datasets", "parse_column", "read_csvs", "speedup_table", "table_notes",
-           "title_text"]
+           "fmt", "main_methods", "method_label", "order_datasets", "parse_column", "read_csvs", "speedup_table",
+           "table_notes", "title_text"]
