@@ -80,6 +80,65 @@ def acceptance_length(steps_csv: str | os.PathLike, out_pdf: str | os.PathLike,
                   lossy_notes(shown, method_label))
 
 
+# --------------------------------------------------------------------------- acceptance by position
+
+
+def reach_fractions(committed: np.ndarray) -> np.ndarray:
+    """Fraction of steps whose accepted path reaches depth k, for k = 1..max: [max depth].
+
+    A step commits its accepted draft tokens plus the target's own next token, so its
+    path reaches depth ``committed - 1``; a step that accepted nothing (``committed`` 1)
+    reaches none.
+    """
+    depth = np.asarray(committed, dtype=np.int64) - 1  # [steps]
+    if depth.size == 0 or depth.max() < 1:
+        return np.zeros(0)
+    reached = np.bincount(depth.clip(min=0), minlength=int(depth.max()) + 1)[::-1].cumsum()[::-1]  # steps >= d
+    return reached[1:] / depth.size
+
+
+def acceptance_by_position(steps_csv: str | os.PathLike, out_pdf: str | os.PathLike,
+                           title: Mapping[str, Any] | str) -> None:
+    """Per method, the fraction of steps whose accepted path reaches each depth (one panel per model and T).
+
+    Where the acceptance-length histogram says how often a step commits n tokens, this
+    says how far down the draft survives: the k-th point is the chance that the k-th
+    drafted position is accepted in a step.
+    """
+    what = "acceptance_by_position"
+    df = read_csvs(steps_csv)
+    require(df, ["model", "temperature", "method", "committed"], what)
+    shown = main_methods(df["method"])
+    rows = df[df["method"].isin(shown)]
+    if rows.empty:
+        raise ValueError(f"{what}: no steps of a drafting method (found: {sorted(set(df['method']))})")
+    panels = combos(rows)
+    fig, axes, height = panel_figure(len(panels), 6.2, 3.6)
+    for k, (model, temp) in enumerate(panels):
+        ax = axes.flat[k]
+        sub = rows[(rows["model"] == model) & (rows["temperature"] == temp)]
+        deepest = 1
+        for i, method in enumerate(shown):
+            committed = sub.loc[sub["method"] == method, "committed"].to_numpy(dtype=int)
+            if committed.size == 0:
+                continue
+            frac = reach_fractions(committed)
+            depths = np.arange(1, frac.size + 1)
+            deepest = max(deepest, frac.size)
+            ax.plot(depths, frac, marker="o", markersize=3.5, color=color(method, i),
+                    linestyle="--" if is_lossy(method) else "-",
+                    label=f"{method_label(method)} ({committed.size} steps)")
+        ax.set_xticks(np.arange(1, deepest + 1, max(1, math.ceil(deepest / 16))))
+        ax.set_ylim(0, 1.02)
+        ax.set_xlabel("Depth k of the accepted path (draft position)")
+        ax.set_ylabel("Fraction of steps reaching depth k")
+        ax.set_title(combo_label(model, temp), fontsize=10)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    finish_panels(fig, axes, len(panels), title_text(title, "Acceptance by position"), height, out_pdf,
+                  lossy_notes(shown, method_label))
+
+
 # --------------------------------------------------------------------------- tree budget
 
 
