@@ -2,9 +2,9 @@
 
 Snakemake starts one process per job, and on a GPU host most of a small job is start-up:
 importing torch and Transformers (about 15 s on an H200 host), then Dynamo's tracing,
-Inductor's loads and the CUDA graph captures.  The tiny experiment's calibration job and
-its decode job paid all of that twice, in 90-100 s jobs that decode for a few seconds
-(docs/performance.md, sessions 11 and 12).  A job handed to the worker runs its script in
+Inductor's loads and the CUDA graph captures.  Run alone, the tiny experiment's
+calibration job and its decode job each pay all of that, in 90-100 s jobs that decode
+for a few seconds (docs/performance.md).  A job handed to the worker runs its script in
 a process that already imported, traced and compiled what the jobs before it used.
 
 A job's script calls :func:`hand_off` first.  In the worker the call returns at once and
