@@ -44,16 +44,25 @@ OFFLINE_DATASETS: tuple[str, ...] = ("humaneval-pkg", "stdlib-heldout")
 # answers to turns 1..k-1 (the CLI decodes AR first; the pipeline's other jobs read AR's records).
 MULTI_TURN_DATASETS: tuple[str, ...] = ("mt-bench",)
 
-METHOD_LABELS: dict[str, str] = {"ar": "AR", "eagle3": "EAGLE-3", "dflash": "DFlash", "bastion": "BASTION"}
+METHOD_LABELS: dict[str, str] = {"ar": "AR", "eagle3": "EAGLE-3", "dflash": "DFlash", "bastion": "BASTION",
+                                  "bastion_plus": "BASTION+", "bastion_lossy": "BASTION (lossy)"}
 ABLATION_PREFIX = "bastion-b"  # fixed-budget BASTION runs of the budget ablation: bastion-b64
 
 
 def method_label(method: str) -> str:
-    """Display name: ``bastion`` -> ``BASTION``, ``bastion-b64`` -> ``BASTION (b=64)``."""
+    """Display name: ``bastion`` -> ``BASTION``, ``bastion-b64`` -> ``BASTION (b=64)``.
+
+    A variant of a known method that has no label of its own keeps the method's with its
+    suffix: ``dflash_lossy`` -> ``DFlash (lossy)``; any other name shows as it is.
+    """
+    method = str(method)
     if method in METHOD_LABELS:
         return METHOD_LABELS[method]
     if method.startswith(ABLATION_PREFIX):
         return f"BASTION (b={method[len(ABLATION_PREFIX):]})"
+    base, _, variant = method.partition("_")
+    if base in METHOD_LABELS and variant:
+        return f"{METHOD_LABELS[base]} ({variant.replace('_', ' ')})"
     return method
 
 

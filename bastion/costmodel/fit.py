@@ -41,6 +41,24 @@ def _cuts(key: np.ndarray) -> np.ndarray:
     return np.concatenate([[-np.inf], np.unique(inner), [np.inf]])
 
 
+def _design(t: RooflineTerms, sw: np.ndarray, compute: np.ndarray, unfused: np.ndarray,
+            peak: np.ndarray) -> np.ndarray:
+    """d C / d p [n, 9] under one branch assignment (each a [n] mask), rows scaled by sqrt(weight)."""
+    one = np.ones_like(sw)
+    stream, floor, peak = ~compute, ~unfused & ~peak, ~unfused & peak
+    cols = [t.lin * compute, compute, t.stream * stream, stream, t.kv * unfused, t.att * unfused,
+            t.kv * floor, t.att * floor, t.att * peak]
+    return np.stack([np.asarray(col, dtype=np.float64) * one for col in cols], axis=1) * sw[:, None]
+
+
+def _branches(t: RooflineTerms, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The branch every point takes under parameters ``p``: (compute-bound layers, unfused attention,
+    the fused kernel at its throughput), each a [n] mask."""
+    fused_floor, fused_peak = p[6] * t.kv + p[7] * t.att, p[8] * t.att
+    return (p[0] * t.lin + p[1] > p[2] * t.stream + p[3],
+            p[4] * t.kv + p[5] * t.att < np.maximum(fused_floor, fused_peak), fused_peak > fused_floor)
+
+
 def fit_params(t: RooflineTerms, y: np.ndarray, weights: np.ndarray) -> CostParams:
     """Weighted least squares of ``C`` on the roofline terms, all coefficients >= 0.
 
@@ -51,28 +69,15 @@ def fit_params(t: RooflineTerms, y: np.ndarray, weights: np.ndarray) -> CostPara
 
     t = RooflineTerms(*(np.asarray(a, dtype=np.float64) for a in t))
     y, w = np.asarray(y, dtype=np.float64), np.asarray(weights, dtype=np.float64)
-    sw, one = np.sqrt(w), np.ones_like(y)
+    sw = np.sqrt(w)
     layer_key = t.lin / t.stream
     att_key = t.att / t.kv
 
     def loss(p: np.ndarray) -> float:
         return float(np.sum(w * (combine(p, t) - y) ** 2))
 
-    def design(compute: np.ndarray, unfused: np.ndarray, peak: np.ndarray) -> np.ndarray:
-        """d C / d p under one branch assignment, rows scaled by sqrt(weight)."""
-        stream, floor, peak = ~compute, ~unfused & ~peak, ~unfused & peak
-        cols = [t.lin * compute, compute, t.stream * stream, stream, t.kv * unfused, t.att * unfused,
-                t.kv * floor, t.att * floor, t.att * peak]
-        return np.stack([np.asarray(col, dtype=np.float64) * one for col in cols], axis=1) * sw[:, None]
-
-    def branches(p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The branch every point takes under parameters ``p``."""
-        fused_floor, fused_peak = p[6] * t.kv + p[7] * t.att, p[8] * t.att
-        return (p[0] * t.lin + p[1] > p[2] * t.stream + p[3],
-                p[4] * t.kv + p[5] * t.att < np.maximum(fused_floor, fused_peak), fused_peak > fused_floor)
-
     def solve(compute: np.ndarray, unfused: np.ndarray, peak: np.ndarray) -> tuple[float, np.ndarray]:
-        p, _ = nnls(design(compute, unfused, peak), y * sw, maxiter=500)
+        p, _ = nnls(_design(t, sw, compute, unfused, peak), y * sw, maxiter=500)
         return loss(p), p
 
     tried: dict[tuple[float, float, float], tuple[float, np.ndarray]] = {}
@@ -98,7 +103,7 @@ def fit_params(t: RooflineTerms, y: np.ndarray, weights: np.ndarray) -> CostPara
             best_loss, best = cand_loss, cand
         if best_loss <= exact:
             break
-        res = least_squares(lambda p: sw * (combine(p, t) - y), cand, jac=lambda p: design(*branches(p)),
+        res = least_squares(lambda p: sw * (combine(p, t) - y), cand, jac=lambda p: _design(t, sw, *_branches(t, p)),
                             bounds=(0.0, np.inf), x_scale=np.maximum(np.abs(cand), 1e-12), method="trf",
                             max_nfev=100)
         polished = np.maximum(res.x, 0.0)

@@ -13,15 +13,13 @@ for concurrent jobs.  Dynamo's tracing and the graph captures are not cached: a 
 still pays for those.  A ``TORCHINDUCTOR_CACHE_DIR`` or ``TRITON_CACHE_DIR`` the user
 set wins.
 
-Until session 11 this folder held nothing: importing ``torch._dynamo`` (which the
-engines do) writes torch's default, ``/tmp/torchinductor_<user>``, into
-``TORCHINDUCTOR_CACHE_DIR`` itself, and :func:`persist`, called after those imports, took
-it for the user's choice.  That explains the measurements of session 10 (docs/performance.md):
-this folder saved nothing, while the machine's ``/tmp``, kept, saved 39 of a 90 s decode job.
-A variable holding torch's own default is now not taken for a choice.  Measured since,
-on an H200, with this folder warm and the node's own caches deleted: the tiny
-experiment's calibration job 35-42 s instead of 74-77 s, its decode job 41-50 s instead
-of 64-74 s.
+A variable holding torch's own default is not taken for a choice: importing
+``torch._dynamo`` (which the engines do) writes that default, ``/tmp/torchinductor_<user>``,
+into ``TORCHINDUCTOR_CACHE_DIR`` itself, so :func:`persist`, called after those imports,
+would otherwise keep it, and this folder would save nothing while a kept ``/tmp`` saved 39
+of a 90 s decode job (docs/performance.md).  On an H200, with this folder warm and the
+node's own caches deleted, the tiny experiment's calibration job takes 35-42 s instead of
+74-77 s, its decode job 41-50 s instead of 64-74 s.
 """
 
 from __future__ import annotations

@@ -12,6 +12,11 @@ Under SLURM the scheduler already gave the job its GPUs (and set
 ``CUDA_VISIBLE_DEVICES``), so no slot is taken there; on a machine without GPUs neither.
 A job run by the job worker (:mod:`bastion.pipeline.worker`) takes none either: its
 client process holds the slot, and the worker runs on that slot's GPU.
+
+The lock folder is this user's alone (``/tmp/bastion-gpu-slots-<uid>``, or
+``BASTION_GPU_LOCK_DIR``), checked like the worker's (:mod:`bastion.pipeline.private`):
+another user's folder, or one others may write to, is refused, and a lock file is never
+opened through a symbolic link, so nobody can make a job truncate a file of its user.
 """
 
 from __future__ import annotations
@@ -24,7 +29,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_LOCK_DIR = "/tmp/bastion-gpu-slots"
+from bastion.pipeline.private import open_lock, private_dir
+
+LOCK_DIR_ENV = "BASTION_GPU_LOCK_DIR"
 HELD_ENV = "BASTION_GPU_SLOT_HELD"  # set by the job worker while it runs a job whose client holds this slot
 
 
@@ -61,9 +68,14 @@ def visible_gpus() -> list[str]:
     return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
 
 
+def default_lock_dir() -> Path:
+    """This user's slot folder: fixed (not ``TMPDIR``), so every job of the user finds the same locks."""
+    return Path(f"/tmp/bastion-gpu-slots-{os.getuid()}")
+
+
 def acquire(
     devices: list[str] | None = None,
-    lock_dir: str | os.PathLike = DEFAULT_LOCK_DIR,
+    lock_dir: str | os.PathLike | None = None,
     timeout_s: float = 3600.0,
     poll_s: float = 0.5,
 ) -> Slot:
@@ -77,12 +89,11 @@ def acquire(
         devices = visible_gpus()
     if not devices:
         return Slot(None, os.environ.get("CUDA_VISIBLE_DEVICES", ""))
-    folder = Path(os.environ.get("BASTION_GPU_LOCK_DIR", lock_dir))
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = private_dir(os.environ.get(LOCK_DIR_ENV) or lock_dir or default_lock_dir(), "the GPU slot lock folder")
     deadline = time.monotonic() + timeout_s
     while True:
         for i, dev in enumerate(devices):
-            fd = os.open(folder / f"gpu{dev}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+            fd = open_lock(folder / f"gpu{dev}.lock")
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -103,9 +114,11 @@ def acquire(
 
 def _holder(path: Path) -> str:
     try:
-        return path.read_text().strip() or "?"
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return "?"
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read(64).decode(errors="replace").strip() or "?"
 
 
 class pinned:  # noqa: N801 - used as a context manager, like open()

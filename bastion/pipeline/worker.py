@@ -2,9 +2,9 @@
 
 Snakemake starts one process per job, and on a GPU host most of a small job is start-up:
 importing torch and Transformers (about 15 s on an H200 host), then Dynamo's tracing,
-Inductor's loads and the CUDA graph captures.  The tiny experiment's calibration job and
-its decode job paid all of that twice, in 90-100 s jobs that decode for a few seconds
-(docs/performance.md, sessions 11 and 12).  A job handed to the worker runs its script in
+Inductor's loads and the CUDA graph captures.  Run alone, the tiny experiment's
+calibration job and its decode job each pay all of that, in 90-100 s jobs that decode
+for a few seconds (docs/performance.md).  A job handed to the worker runs its script in
 a process that already imported, traced and compiled what the jobs before it used.
 
 A job's script calls :func:`hand_off` first.  In the worker the call returns at once and
@@ -23,6 +23,10 @@ either way; the job's log ends with a line naming the worker.
   (default 120 s).
 - Config ``job_worker``: ``auto`` uses it for GPU jobs outside SLURM (each SLURM job has
   its own allocation, and a CPU job's start-up is seconds); ``true`` always, ``false`` never.
+- No other local user gets in (:mod:`bastion.pipeline.private`): the socket lives in a
+  folder of this user closed to others, in ``XDG_RUNTIME_DIR`` where there is one; a folder
+  another user made, or one others may write to, is refused; and both ends check the
+  peer's uid before reading a byte from it, so nothing from another user is unpickled.
 """
 
 from __future__ import annotations
@@ -38,12 +42,12 @@ import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from bastion.pipeline import gpu_slots
+from bastion.pipeline.private import UnsafePathError, open_lock, peer_uid, private_dir, runtime_base
 
 IN_WORKER = "BASTION_IN_WORKER"
 IDLE_ENV = "BASTION_WORKER_IDLE_S"
@@ -79,10 +83,13 @@ def hand_off(smk: Any, script: str, device: str = "auto") -> None:
     """
     if not wanted(smk.config.get("job_worker", "auto"), device):
         return
-    slot = gpu_slots.acquire() if device != "cpu" else None
-    gpu = f"gpu{slot.device}" if slot is not None and slot.index is not None else None  # names its pid file
     parts = key_parts()
-    path = socket_dir() / f"{_key(parts)}.sock"
+    try:
+        slot = gpu_slots.acquire() if device != "cpu" else None
+        path = socket_dir() / f"{_key(parts)}.sock"
+    except UnsafePathError as exc:
+        sys.exit(f"error: {exc}")
+    gpu = f"gpu{slot.device}" if slot is not None and slot.index is not None else None  # names its pid file
     request = {"script": os.path.realpath(script), "snakemake": smk, "cwd": os.getcwd(),
                "slot": None if slot is None else slot.index}
     reply = accepted = None
@@ -109,9 +116,8 @@ def hand_off(smk: Any, script: str, device: str = "auto") -> None:
 
 
 def socket_dir() -> Path:
-    folder = Path(tempfile.gettempdir()) / f"bastion-worker-{os.getuid()}"
-    folder.mkdir(mode=0o700, exist_ok=True)
-    return folder
+    """This user's worker folder: in ``XDG_RUNTIME_DIR`` where it is usable, else the temp folder; checked private."""
+    return private_dir(runtime_base() / f"bastion-worker-{os.getuid()}", "the job worker's folder")
 
 
 def key_parts() -> dict[str, Any]:
@@ -133,24 +139,43 @@ def _key(parts: dict[str, Any] | None = None) -> str:
     return hashlib.sha256(json.dumps(parts or key_parts(), sort_keys=True).encode()).hexdigest()[:24]
 
 
+class ForeignPeerError(WorkerStartError):
+    """The other end of a worker socket runs as another user: nothing is sent to it or read from it."""
+
+
+def check_peer(conn: socket.socket, where: Path | str) -> None:
+    """Refuse a connection whose other end is not this user (``where`` names the socket in the error)."""
+    try:
+        uid = peer_uid(conn)
+    except (OSError, UnsafePathError) as exc:
+        conn.close()
+        raise ForeignPeerError(f"cannot tell who serves {where} ({exc})") from None
+    if uid != os.getuid():
+        conn.close()
+        raise ForeignPeerError(f"the other end of {where} runs as uid {uid}, not as this user (uid {os.getuid()}): "
+                               "nothing is sent to it or read from it")
+
+
 def _connect(path: Path) -> socket.socket | None:
+    """A connection to the worker at ``path`` (checked: this user's), or None when none answers there."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(str(path))
-        return conn
     except OSError:
         conn.close()
         return None
+    check_peer(conn, path)
+    return conn
 
 
 def _connect_or_start(path: Path, gpu: str | None, parts: dict[str, Any]) -> socket.socket:
-    with open(path.with_suffix(".lock"), "w") as lock:
+    with os.fdopen(open_lock(path.with_suffix(".lock")), "r+b") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one client starts the worker; the others wait and connect
         conn = _connect(path)
         if conn is not None:
             return conn
         if gpu is not None:
-            _retire(socket_dir() / f"{gpu}.pid")
+            _retire(path.parent / f"{gpu}.pid")
         path.unlink(missing_ok=True)
         path.with_suffix(".json").write_text(json.dumps(parts, indent=1))  # why a new worker: compare with an older one's
         log = path.with_suffix(".log")

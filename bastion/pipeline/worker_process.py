@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bastion.pipeline import gpu_slots
-from bastion.pipeline.worker import IN_WORKER, recv, send
+from bastion.pipeline.worker import IN_WORKER, ForeignPeerError, check_peer, recv, send
 
 
 def serve_main() -> None:
@@ -37,6 +37,7 @@ def serve(path: Path, idle_s: float, gpu: str | None = None) -> None:
     signal.signal(signal.SIGTERM, _retired)
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     srv.bind(str(path))
+    os.chmod(path, 0o600)  # its folder is closed to others already; the socket too
     srv.listen(8)
     srv.settimeout(0.5)
     inode = path.stat().st_ino
@@ -46,9 +47,8 @@ def serve(path: Path, idle_s: float, gpu: str | None = None) -> None:
     last, jobs, rc = time.monotonic(), 0, 0
     try:
         while time.monotonic() - last < idle_s and _still_ours(path, inode):
-            try:
-                conn, _ = srv.accept()
-            except socket.timeout:
+            conn = accept(srv, path)
+            if conn is None:
                 continue
             with conn:
                 request = recv(conn)
@@ -71,6 +71,21 @@ def serve(path: Path, idle_s: float, gpu: str | None = None) -> None:
             path.unlink(missing_ok=True)  # the log stays: torch's TORCH_LOGS output goes there, not to the jobs' logs
         srv.close()  # a job that connected just now is refused, and its client starts another worker
     print(f"[job-worker] {time.strftime('%H:%M:%S')} exiting after {jobs} job(s)", flush=True)
+
+
+def accept(srv: socket.socket, path: Path) -> socket.socket | None:
+    """The next client of this user, or None (the wait timed out, or the peer is another user and was closed
+    unread: nothing of theirs is unpickled)."""
+    try:
+        conn, _ = srv.accept()
+    except socket.timeout:
+        return None
+    try:
+        check_peer(conn, path)
+    except ForeignPeerError as exc:
+        print(f"[job-worker] {time.strftime('%H:%M:%S')} refused a client: {exc}", flush=True)
+        return None
+    return conn
 
 
 class Retired(BaseException):

@@ -2,9 +2,14 @@
 
 A cell is (hardware, model, dataset, temperature, method); ``method`` is ``ar``,
 ``dflash``, ``bastion`` (adaptive) or ``bastion-b<N>`` (fixed budget N).  Speedup is
-the AR time per output token over the method's, over the decode phase, within the same
-(hardware, model, dataset, temperature); tau is tokens committed per target forward,
-pooled over all steps of the cell.  At T = 0 every row also says whether the method's
+the ratio of mean times per output token, AR's over the method's, within the same
+(hardware, model, dataset, temperature): a response's time per output token is its
+decode seconds over its output tokens, and each mean is over the cell's responses of
+more than one token (a one-token response has no decode phase), as the original
+release's benchmark computes it.  It is neither the mean of per-response ratios nor
+total seconds over total tokens.  tau is tokens committed per target forward, pooled
+over all steps of the cell: total committed over total steps (the release instead
+averages each response's mean).  At T = 0 every row also says whether the method's
 output equals AR's for the same prompt and turn (``same_as_ar``; a cell holds the
 fraction): speculative decoding is lossless, so anything below 1 in fp32 is a bug, and in
 bf16 it measures how often kernel rounding flips a near-tie.  Every row carries the
@@ -84,7 +89,17 @@ def step_rows(recs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def _mean_tree_size(rs: Sequence[dict[str, Any]]) -> float:
+    """Tree size per step over the cell's steps; a response without steps (one token) has no trees to count."""
+    stepped = [r for r in rs if r["num_steps"]]
+    if not stepped:
+        return float("nan")
+    return float(np.average([r["mean_tree_size"] for r in stepped], weights=[r["num_steps"] for r in stepped]))
+
+
 def cell_rows(prompt_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per cell: ``tpot_s`` the mean of its responses' times per output token, ``speedup``
+    AR's ``tpot_s`` over the method's, ``tau`` total committed over total steps (module docstring)."""
     groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for r in prompt_rows:
         groups[tuple(r[k] for k in CELL_KEYS)].append(r)
@@ -98,7 +113,7 @@ def cell_rows(prompt_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             "decode_seconds": float(sum(r["decode_seconds"] for r in rs)),
             "tpot_s": float(np.mean([r["tpot_s"] for r in timed])) if timed else float("nan"),
             "tau": sum(r["committed"] for r in rs) / steps if steps else float("nan"),
-            "mean_tree_size": float(np.average([r["mean_tree_size"] for r in rs], weights=[max(r["num_steps"], 1) for r in rs])),
+            "mean_tree_size": _mean_tree_size(rs),
         })
         cell["tok_per_s"] = 1.0 / cell["tpot_s"] if cell["tpot_s"] > 0 else float("nan")
         compared = [r["same_as_ar"] for r in rs if r["same_as_ar"] != ""]

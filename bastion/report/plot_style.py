@@ -5,13 +5,15 @@ data has several), with text kept as text (``pdf.fonttype`` 42) so titles and la
 be searched and extracted.  ``title`` is the rules' ``params.title`` dict
 ``{hardware, experiment, models}`` or a ready string.  A function whose input lacks every
 row it needs raises ValueError; missing categories (a method, a dataset, a temperature)
-are simply left out of the figure.
+are simply left out of the figure.  Notes (what an average leaves out) go below the
+panels, in the PDF's text like the rest.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import textwrap
 from pathlib import Path
 from typing import Sequence
 
@@ -21,6 +23,7 @@ import pandas as pd
 SPEEDUP_LABEL = "Speedup over AR (time per output token)"
 COLORS = {"eagle3": "#55A868", "dflash": "#4C72B0", "bastion": "#DD8452", "ar": "#7f7f7f"}
 EXTRA_COLORS = ["#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C", "#CCB974", "#64B5CD"]
+LOSSY_HATCH = "//"  # a lossy method's bars, besides its "(lossy)" label
 MAX_SCATTER = 20000  # points drawn per scatter, beyond that a sample
 
 
@@ -79,13 +82,28 @@ def log2_axis(ax, axis: str, values: np.ndarray) -> None:
         getattr(ax, f"set_{axis}lim")(0, values.max() * 1.2)
 
 
-def finish_panels(fig, axes, n_panels: int, title: str, height: float, out_pdf: str | os.PathLike) -> None:
-    """Blank the unused panels, put the title above the grid, lay out and save."""
+def finish_panels(fig, axes, n_panels: int, title: str, height: float, out_pdf: str | os.PathLike,
+                  notes: Sequence[str] = ()) -> None:
+    """Blank the unused panels, put the title above the grid and the notes below it, lay out and save."""
     for ax in axes.flat[n_panels:]:
         ax.axis("off")
-    suptitle(fig, title, height)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.38 / height))
+    suptitle(fig, title, height)  # first: it may widen the figure, which the notes then fill
+    lines = wrapped(notes, fig.get_figwidth())
+    foot = 0.15 + 0.15 * len(lines) if lines else 0.0  # inches below the panels
+    total = height + foot
+    if lines:
+        fig.set_figheight(total)
+        suptitle(fig, title, total)
+        fig.text(0.01, 0.08 / total, "\n".join(lines), ha="left", va="bottom", fontsize=7.5, color="#444444",
+                 linespacing=1.3)
+    fig.tight_layout(rect=(0, foot / total, 1, 1 - 0.38 / total))
     save(fig, out_pdf)
+
+
+def wrapped(notes: Sequence[str], width_in: float) -> list[str]:
+    """Notes as lines that fit a figure ``width_in`` inches wide at 7.5 pt."""
+    chars = max(40, int((width_in - 0.3) / 0.058))
+    return [line for note in notes for line in textwrap.wrap(note, chars, break_on_hyphens=False)]
 
 
 def panel_figure(n_panels: int, panel_width: float, row_height: float, max_cols: int = 2):

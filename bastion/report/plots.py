@@ -11,20 +11,22 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from bastion.defaults import BASELINE, METHODS
 from bastion.report.plot_style import (
     COLORS,
     EXTRA_COLORS,
+    LOSSY_HATCH,
     SPEEDUP_LABEL,
     color,
     finish_panels,
     panel_figure,
     require,
 )
+from bastion.report.averages import average, coverage_notes, finite_datasets, is_lossy, lossy_notes, panel_coverage
 from bastion.report.tables import (
     AVERAGE,
     combo_label,
     combos,
+    main_methods,
     method_label,
     order_datasets,
     read_csvs,
@@ -32,26 +34,20 @@ from bastion.report.tables import (
 )
 
 
-def _main_methods(df: pd.DataFrame, methods: Sequence[str] | None) -> list[str]:
-    """Non-AR, non-ablation methods to show, in the given order (or eagle3, dflash, bastion, others)."""
-    present = list(dict.fromkeys(df["method"]))
-    if methods is None:
-        pref = [m for m in METHODS if m != BASELINE]
-        methods = [m for m in pref if m in present] + sorted(
-            m for m in present if m not in pref and not m.startswith("bastion-b"))
-    return [m for m in dict.fromkeys(methods) if m != "ar" and m in present]
-
-
 # --------------------------------------------------------------------------- speedup bars
 
 
 def speedup_bars(cells_csv: str | os.PathLike, out_pdf: str | os.PathLike, title: Mapping[str, Any] | str,
                  methods: Sequence[str] | None = None) -> None:
-    """Grouped bars of each method's speedup per dataset, the Average group first."""
+    """Grouped bars of each method's speedup per dataset, the Average group first.
+
+    The Average compares like with like (:mod:`bastion.report.averages`): a method
+    missing from a dataset of the panel has no Average bar, and a note says so.
+    """
     what = "speedup_bars"
     df = read_csvs(cells_csv)
     require(df, ["model", "dataset", "temperature", "method", "speedup"], what)
-    shown = _main_methods(df, methods)
+    shown = main_methods(df["method"], methods)
     rows = df[df["method"].isin(shown)]
     if rows.empty:
         raise ValueError(f"{what}: no cells of the methods {list(methods or [])} other than AR "
@@ -61,35 +57,42 @@ def speedup_bars(cells_csv: str | os.PathLike, out_pdf: str | os.PathLike, title
     groups = [AVERAGE] + datasets
     pw = max(5.0, 0.9 + len(groups) * (0.35 + 0.42 * len(shown))) + 1.6
     fig, axes, height = panel_figure(len(panels), pw, 3.8)
-    width = 0.8 / max(len(shown), 1)
+    notes = lossy_notes(shown, method_label)
     for k, (model, temp) in enumerate(panels):
-        ax = axes.flat[k]
         sub = rows[(rows["model"] == model) & (rows["temperature"] == temp)]
-        top = 1.0
-        for i, method in enumerate(shown):
-            per = sub[sub["method"] == method].groupby("dataset")["speedup"].mean()
-            vals = [per.mean() if len(per) else np.nan] + [per.get(d, np.nan) for d in datasets]
-            x = np.arange(len(groups)) + (i - (len(shown) - 1) / 2) * width
-            ax.bar(x, vals, width * 0.92, color=color(method, i), label=method_label(method),
-                   edgecolor="black", linewidth=0.4)
-            for xi, v in zip(x, vals):
-                if np.isfinite(v):
-                    ax.text(xi, v, f"{v:.2f}x", ha="center", va="bottom", fontsize=7,
-                            rotation=90 if len(shown) * len(groups) > 14 else 0)
-                    top = max(top, v)
-        ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="AR (1.00x)")
-        ax.set_xticks(np.arange(len(groups)))
-        ax.set_xticklabels(groups, rotation=30 if len(groups) > 4 else 0, ha="right" if len(groups) > 4 else "center")
-        for lab in ax.get_xticklabels():
-            if lab.get_text() == AVERAGE:
-                lab.set_fontweight("bold")
-        ax.set_ylim(0, top * 1.22)
-        ax.set_xlabel("Dataset")
-        ax.set_ylabel(SPEEDUP_LABEL)
-        ax.set_title(combo_label(model, temp), fontsize=10)
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-        ax.grid(axis="y", alpha=0.3)
-    finish_panels(fig, axes, len(panels), title_text(title, "Speedup over AR"), height, out_pdf)
+        per = {m: sub[sub["method"] == m].groupby("dataset")["speedup"].mean().to_dict() for m in shown}
+        covs = panel_coverage({m: finite_datasets(v) for m, v in per.items()})
+        notes += coverage_notes(combo_label(model, temp), covs, method_label)
+        bars = {m: [average(per[m], m, covs[m])] + [per[m].get(d, np.nan) for d in datasets] for m in shown}
+        _draw_bars(axes.flat[k], bars, groups, combo_label(model, temp))
+    finish_panels(fig, axes, len(panels), title_text(title, "Speedup over AR"), height, out_pdf, notes)
+
+
+def _draw_bars(ax, bars: Mapping[str, Sequence[float]], groups: Sequence[str], head: str) -> None:
+    """One panel of grouped bars: ``bars`` is method -> a value per group, NaN where none."""
+    width = 0.8 / max(len(bars), 1)
+    top = 1.0
+    for i, (method, vals) in enumerate(bars.items()):
+        x = np.arange(len(groups)) + (i - (len(bars) - 1) / 2) * width
+        ax.bar(x, vals, width * 0.92, color=color(method, i), label=method_label(method),
+               edgecolor="black", linewidth=0.4, hatch=LOSSY_HATCH if is_lossy(method) else None)
+        for xi, v in zip(x, vals):
+            if np.isfinite(v):
+                ax.text(xi, v, f"{v:.2f}x", ha="center", va="bottom", fontsize=7,
+                        rotation=90 if len(bars) * len(groups) > 14 else 0)
+                top = max(top, v)
+    ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="AR (1.00x)")
+    ax.set_xticks(np.arange(len(groups)))
+    ax.set_xticklabels(groups, rotation=30 if len(groups) > 4 else 0, ha="right" if len(groups) > 4 else "center")
+    for lab in ax.get_xticklabels():
+        if lab.get_text() == AVERAGE:
+            lab.set_fontweight("bold")
+    ax.set_ylim(0, top * 1.22)
+    ax.set_xlabel("Dataset")
+    ax.set_ylabel(SPEEDUP_LABEL)
+    ax.set_title(head, fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    ax.grid(axis="y", alpha=0.3)
 
 
 # --------------------------------------------------------------------------- budget ablation
@@ -107,7 +110,9 @@ def budget_ablation(cells_csv: str | os.PathLike | Sequence[str | os.PathLike], 
     """Speedup against a fixed tree budget, averaged over datasets, with the adaptive point marked.
 
     ``cells_csv`` may be several files: the pipeline keeps the fixed budgets' cells apart
-    from the main comparison's (adaptive BASTION and DFlash).
+    from the main comparison's (adaptive BASTION and DFlash).  Every mean of a panel is
+    over the same datasets, those where every budget, adaptive BASTION and DFlash have a
+    result (:mod:`bastion.report.averages`); a note names what misses one.
     """
     what = "budget_ablation"
     df = read_csvs(cells_csv)
@@ -117,57 +122,81 @@ def budget_ablation(cells_csv: str | os.PathLike | Sequence[str | os.PathLike], 
     fixed = fixed[np.isfinite(fixed["b"].to_numpy(dtype=float))]
     if fixed.empty:
         raise ValueError(f"{what}: no fixed-budget cells bastion-b<N> (found: {sorted(set(df['method']))})")
-    adaptive = df[df["method"] == "bastion"]
-    dflash = df[df["method"] == "dflash"]
+    if "mean_tree_size" not in df:
+        df = df.assign(mean_tree_size=np.nan)
     panels = combos(fixed)
     fig, axes, height = panel_figure(len(panels), 8.4, 3.8)
+    notes: list[str] = []
     for k, (model, temp) in enumerate(panels):
         ax = axes.flat[k]
-        sel = (fixed["model"] == model) & (fixed["temperature"] == temp)
-        sub = fixed[sel]
-        datasets = order_datasets(sub["dataset"])
-        budgets = sorted(set(sub["b"]))
-        if len(datasets) > 1:
-            for i, d in enumerate(datasets):
-                line = sub[sub["dataset"] == d].groupby("b")["speedup"].mean().sort_index()
-                ax.plot(line.index, line.values, "-", linewidth=0.8, alpha=0.55, marker=".",
-                        color=EXTRA_COLORS[i % len(EXTRA_COLORS)], label=d)
-        mean = sub.groupby(["b", "dataset"])["speedup"].mean().groupby("b").mean().sort_index()
-        ax.plot(mean.index, mean.values, "o-", color=COLORS["bastion"], linewidth=2.2,
-                label="fixed budget, mean over datasets" if len(datasets) > 1 else "fixed budget")
-        xs = list(budgets)
-        a = adaptive[(adaptive["model"] == model) & (adaptive["temperature"] == temp)]
-        if not a.empty and "mean_tree_size" in a:
-            per = a.groupby("dataset")[["mean_tree_size", "speedup"]].mean()
-            ax_x, ax_y = float(per["mean_tree_size"].mean()), float(per["speedup"].mean())
-            if np.isfinite(ax_x) and ax_x > 0 and np.isfinite(ax_y):
-                ax.plot([ax_x], [ax_y], marker="*", markersize=16, color="#C44E52", markeredgecolor="black",
-                        linestyle="none", label=f"adaptive BASTION ({ax_y:.2f}x at {ax_x:.1f} nodes)", zorder=5)
-                ax.annotate("adaptive", (ax_x, ax_y), textcoords="offset points", xytext=(8, 8), fontsize=9,
-                            fontweight="bold", color="#C44E52")
-                xs.append(ax_x)
-        dfl = dflash[(dflash["model"] == model) & (dflash["temperature"] == temp)]
-        if not dfl.empty:
-            v = float(dfl.groupby("dataset")["speedup"].mean().mean())
-            if np.isfinite(v):
-                ax.axhline(v, color=COLORS["dflash"], linestyle=":", linewidth=1.4, label=f"DFlash ({v:.2f}x)")
+        sub = _in_panel(fixed, model, temp)
+        budgets = dict(sorted({m: b for m, b in zip(sub["method"], sub["b"])}.items(), key=lambda mb: mb[1]))
+        shown = _in_panel(df[df["method"].isin([*budgets, "bastion", "dflash"])], model, temp)
+        per = {m: g.groupby("dataset")[["speedup", "mean_tree_size"]].mean() for m, g in shown.groupby("method")}
+        covs = panel_coverage({m: finite_datasets(v["speedup"].to_dict()) for m, v in per.items()})
+        notes += coverage_notes(combo_label(model, temp), covs, method_label)
+        xs = _fixed_lines(ax, sub, {b: _mean(per, m, covs) for m, b in budgets.items()})
+        xs += _adaptive_point(ax, _mean(per, "bastion", covs, "mean_tree_size"), _mean(per, "bastion", covs))
+        v = _mean(per, "dflash", covs)
+        if np.isfinite(v):
+            ax.axhline(v, color=COLORS["dflash"], linestyle=":", linewidth=1.4, label=f"DFlash ({v:.2f}x)")
         ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="AR (1.00x)")
-        positive = [x for x in xs if x > 0]
-        if positive:
-            from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
-
-            ax.set_xscale("log", base=2)
-            ax.xaxis.set_major_locator(FixedLocator(budgets))
-            ax.xaxis.set_minor_locator(NullLocator())
-            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-            lo, hi = min(positive), max(positive)
-            ax.set_xlim(lo / 1.4, hi * 1.4)
-        ax.set_xlabel("Fixed tree budget (nodes verified per step, log2 scale)")
+        _budget_axis(ax, xs, sorted(set(sub["b"])))
         ax.set_ylabel(SPEEDUP_LABEL)
         ax.set_title(combo_label(model, temp), fontsize=10)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
         ax.grid(alpha=0.3)
-    finish_panels(fig, axes, len(panels), title_text(title, "Tree budget ablation"), height, out_pdf)
+    finish_panels(fig, axes, len(panels), title_text(title, "Tree budget ablation"), height, out_pdf, notes)
+
+
+def _in_panel(frame: pd.DataFrame, model: str, temp: float) -> pd.DataFrame:
+    return frame[(frame["model"] == model) & (frame["temperature"] == temp)]
+
+
+def _mean(per: Mapping[str, pd.DataFrame], method: str, covs: Mapping[str, Any], column: str = "speedup") -> float:
+    """A method's mean of ``column`` over its panel's common datasets; NaN without one."""
+    if method not in per:
+        return float("nan")
+    return average(per[method][column].to_dict(), method, covs[method])
+
+
+def _fixed_lines(ax, sub: pd.DataFrame, means: Mapping[float, float]) -> list[float]:
+    """Each dataset's speedup against the fixed budget (when several) and their mean; returns the budgets."""
+    datasets = order_datasets(sub["dataset"])
+    if len(datasets) > 1:
+        for i, d in enumerate(datasets):
+            line = sub[sub["dataset"] == d].groupby("b")["speedup"].mean().sort_index()
+            ax.plot(line.index, line.values, "-", linewidth=0.8, alpha=0.55, marker=".",
+                    color=EXTRA_COLORS[i % len(EXTRA_COLORS)], label=d)
+    ax.plot(list(means), list(means.values()), "o-", color=COLORS["bastion"], linewidth=2.2,
+            label="fixed budget, mean over datasets" if len(datasets) > 1 else "fixed budget")
+    return sorted(set(sub["b"]))
+
+
+def _adaptive_point(ax, ax_x: float, ax_y: float) -> list[float]:
+    """Adaptive BASTION at its mean tree size, if it has one; returns that size (or nothing)."""
+    if not (np.isfinite(ax_x) and ax_x > 0 and np.isfinite(ax_y)):
+        return []
+    ax.plot([ax_x], [ax_y], marker="*", markersize=16, color="#C44E52", markeredgecolor="black",
+            linestyle="none", label=f"adaptive BASTION ({ax_y:.2f}x at {ax_x:.1f} nodes)", zorder=5)
+    ax.annotate("adaptive", (ax_x, ax_y), textcoords="offset points", xytext=(8, 8), fontsize=9,
+                fontweight="bold", color="#C44E52")
+    return [ax_x]
+
+
+def _budget_axis(ax, xs: Sequence[float], budgets: Sequence[float]) -> None:
+    """A log2 x axis labelled at the fixed budgets, wide enough for every point drawn."""
+    positive = [x for x in xs if x > 0]
+    if positive:
+        from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_locator(FixedLocator(budgets))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        lo, hi = min(positive), max(positive)
+        ax.set_xlim(lo / 1.4, hi * 1.4)
+    ax.set_xlabel("Fixed tree budget (nodes verified per step, log2 scale)")
 
 
 # --------------------------------------------------------------------------- hardware comparison
@@ -176,11 +205,16 @@ def budget_ablation(cells_csv: str | os.PathLike | Sequence[str | os.PathLike], 
 def hardware_comparison(cells_csvs: Sequence[str | os.PathLike] | str | os.PathLike,
                         out_pdf: str | os.PathLike, title: Mapping[str, Any] | str,
                         methods: Sequence[str] | None = None) -> None:
-    """Average speedup over datasets per hardware key, grouped by method."""
+    """Average speedup over datasets per hardware key, grouped by method.
+
+    Within a panel every bar averages the same datasets, those where every (hardware,
+    method) of the panel has a result; one missing from some of them has no bar, and a
+    note says what it misses (:mod:`bastion.report.averages`).
+    """
     what = "hardware_comparison"
     df = read_csvs(cells_csvs)
     require(df, ["hardware", "model", "dataset", "temperature", "method", "speedup"], what)
-    shown = _main_methods(df, methods)
+    shown = main_methods(df["method"], methods)
     rows = df[df["method"].isin(shown)]
     if rows.empty:
         raise ValueError(f"{what}: no non-AR cells (found: {sorted(set(df['method']))})")
@@ -188,34 +222,45 @@ def hardware_comparison(cells_csvs: Sequence[str | os.PathLike] | str | os.PathL
     panels = combos(rows)
     pw = max(5.0, 1.2 + len(shown) * (0.5 + 0.55 * len(hardware))) + 1.8
     fig, axes, height = panel_figure(len(panels), pw, 3.8)
-    width = 0.8 / len(hardware)
+    notes = lossy_notes(shown, method_label)
     for k, (model, temp) in enumerate(panels):
-        ax = axes.flat[k]
         sub = rows[(rows["model"] == model) & (rows["temperature"] == temp)]
-        top = 1.0
-        for i, hw in enumerate(hardware):
-            h = sub[sub["hardware"] == hw]
-            vals = [h[h["method"] == m].groupby("dataset")["speedup"].mean().mean() for m in shown]
-            x = np.arange(len(shown)) + (i - (len(hardware) - 1) / 2) * width
-            ax.bar(x, vals, width * 0.92, color=EXTRA_COLORS[i % len(EXTRA_COLORS)], label=hw,
-                   edgecolor="black", linewidth=0.4)
-            for xi, v in zip(x, vals):
-                if np.isfinite(v):
-                    ax.text(xi, v, f"{v:.2f}x", ha="center", va="bottom", fontsize=8)
-                    top = max(top, v)
-        ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="AR (1.00x)")
-        ax.set_xticks(np.arange(len(shown)))
-        ax.set_xticklabels([method_label(m) for m in shown])
-        ax.set_ylim(0, top * 1.2)
-        ax.set_xlabel("Method")
-        ax.set_ylabel("Average speedup over AR (mean over datasets)")
-        ax.set_title(combo_label(model, temp), fontsize=10)
-        ax.legend(fontsize=8, title="hardware", title_fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0),
-                  borderaxespad=0)
-        ax.grid(axis="y", alpha=0.3)
+        per = {(hw, m): sub[(sub["hardware"] == hw) & (sub["method"] == m)].groupby("dataset")["speedup"].mean()
+               .to_dict() for hw in hardware for m in shown}
+        covs = panel_coverage({key: finite_datasets(v) for key, v in per.items()}, method_of=lambda key: key[1])
+        notes += coverage_notes(combo_label(model, temp), covs, lambda key: f"{method_label(key[1])} on {key[0]}",
+                                what="method on every hardware")
+        vals = {hw: [average(per[(hw, m)], (hw, m), covs[(hw, m)]) for m in shown] for hw in hardware}
+        _draw_hardware(axes.flat[k], vals, shown, combo_label(model, temp))
     if isinstance(title, Mapping):
         title = {**title, "hardware": hardware}
-    finish_panels(fig, axes, len(panels), title_text(title, "Speedup across hardware"), height, out_pdf)
+    finish_panels(fig, axes, len(panels), title_text(title, "Speedup across hardware"), height, out_pdf, notes)
+
+
+def _draw_hardware(ax, vals: Mapping[str, Sequence[float]], shown: Sequence[str], head: str) -> None:
+    """One panel: a bar per hardware key (``vals``: hardware -> a value per method) in each method's group."""
+    width = 0.8 / len(vals)
+    top = 1.0
+    for i, (hw, ys) in enumerate(vals.items()):
+        x = np.arange(len(shown)) + (i - (len(vals) - 1) / 2) * width
+        bars = ax.bar(x, ys, width * 0.92, color=EXTRA_COLORS[i % len(EXTRA_COLORS)], label=hw,
+                      edgecolor="black", linewidth=0.4)
+        for patch, method in zip(bars.patches, shown):
+            patch.set_hatch(LOSSY_HATCH if is_lossy(method) else None)
+        for xi, v in zip(x, ys):
+            if np.isfinite(v):
+                ax.text(xi, v, f"{v:.2f}x", ha="center", va="bottom", fontsize=8)
+                top = max(top, v)
+    ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="AR (1.00x)")
+    ax.set_xticks(np.arange(len(shown)))
+    ax.set_xticklabels([method_label(m) for m in shown])
+    ax.set_ylim(0, top * 1.2)
+    ax.set_xlabel("Method")
+    ax.set_ylabel("Average speedup over AR (mean over datasets)")
+    ax.set_title(head, fontsize=10)
+    ax.legend(fontsize=8, title="hardware", title_fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              borderaxespad=0)
+    ax.grid(axis="y", alpha=0.3)
 
 
 __all__ = ["budget_ablation", "hardware_comparison", "speedup_bars", "title_text"]

@@ -14,9 +14,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from bastion.defaults import BASELINE, METHODS
+from bastion.report.averages import is_lossy, lossy_notes
 from bastion.report.plot_style import (
     COLORS,
     EXTRA_COLORS,
+    LOSSY_HATCH,
     MAX_SCATTER,
     color,
     finish_panels,
@@ -28,6 +30,7 @@ from bastion.report.plot_style import (
 from bastion.report.tables import (
     combo_label,
     combos,
+    main_methods,
     method_label,
     read_csvs,
     title_text,
@@ -38,14 +41,14 @@ from bastion.report.tables import (
 
 def acceptance_length(steps_csv: str | os.PathLike, out_pdf: str | os.PathLike,
                       title: Mapping[str, Any] | str) -> None:
-    """Distribution of tokens committed per step: EAGLE-3, DFlash and adaptive BASTION."""
+    """Distribution of tokens committed per step of each drafting method (EAGLE-3, DFlash, BASTION, ...)."""
     what = "acceptance_length"
     df = read_csvs(steps_csv)
     require(df, ["model", "temperature", "method", "committed"], what)
-    drafting = [m for m in METHODS if m != BASELINE]
-    shown = [m for m in drafting if m in set(df["method"])]
+    shown = main_methods(df["method"])
     rows = df[df["method"].isin(shown)]
     if rows.empty:
+        drafting = [m for m in METHODS if m != BASELINE]
         raise ValueError(f"{what}: no steps of {', '.join(drafting)} (found: {sorted(set(df['method']))})")
     panels = combos(rows)
     fig, axes, height = panel_figure(len(panels), 6.2, 3.6)
@@ -63,6 +66,7 @@ def acceptance_length(steps_csv: str | os.PathLike, out_pdf: str | os.PathLike,
             tau = acc.mean()
             shade = color(method, i)
             ax.bar(x, frac, width * 0.95, color=shade, alpha=0.85, edgecolor="black", linewidth=0.3,
+                   hatch=LOSSY_HATCH if is_lossy(method) else None,
                    label=f"{method_label(method)} (mean \u03c4 = {tau:.2f}, {acc.size} steps)")
             ax.axvline(tau, color=shade, linestyle="--", linewidth=1.2)
         step = max(1, math.ceil(hi / 16))
@@ -72,7 +76,67 @@ def acceptance_length(steps_csv: str | os.PathLike, out_pdf: str | os.PathLike,
         ax.set_title(combo_label(model, temp), fontsize=10)
         ax.legend(fontsize=8)
         ax.grid(axis="y", alpha=0.3)
-    finish_panels(fig, axes, len(panels), title_text(title, "Acceptance length per step"), height, out_pdf)
+    finish_panels(fig, axes, len(panels), title_text(title, "Acceptance length per step"), height, out_pdf,
+                  lossy_notes(shown, method_label))
+
+
+# --------------------------------------------------------------------------- acceptance by position
+
+
+def reach_fractions(committed: np.ndarray) -> np.ndarray:
+    """Fraction of steps whose accepted path reaches depth k, for k = 1..max: [max depth].
+
+    A step commits its accepted draft tokens plus the target's own next token, so its
+    path reaches depth ``committed - 1``; a step that accepted nothing (``committed`` 1)
+    reaches none.
+    """
+    depth = np.asarray(committed, dtype=np.int64) - 1  # [steps]
+    if depth.size == 0 or depth.max() < 1:
+        return np.zeros(0)
+    reached = np.bincount(depth.clip(min=0), minlength=int(depth.max()) + 1)[::-1].cumsum()[::-1]  # steps >= d
+    return reached[1:] / depth.size
+
+
+def acceptance_by_position(steps_csv: str | os.PathLike, out_pdf: str | os.PathLike,
+                           title: Mapping[str, Any] | str) -> None:
+    """Per method, the fraction of steps whose accepted path reaches each depth (one panel per model and T).
+
+    Where the acceptance-length histogram says how often a step commits n tokens, this
+    says how far down the draft survives: the k-th point is the chance that the k-th
+    drafted position is accepted in a step.
+    """
+    what = "acceptance_by_position"
+    df = read_csvs(steps_csv)
+    require(df, ["model", "temperature", "method", "committed"], what)
+    shown = main_methods(df["method"])
+    rows = df[df["method"].isin(shown)]
+    if rows.empty:
+        raise ValueError(f"{what}: no steps of a drafting method (found: {sorted(set(df['method']))})")
+    panels = combos(rows)
+    fig, axes, height = panel_figure(len(panels), 6.2, 3.6)
+    for k, (model, temp) in enumerate(panels):
+        ax = axes.flat[k]
+        sub = rows[(rows["model"] == model) & (rows["temperature"] == temp)]
+        deepest = 1
+        for i, method in enumerate(shown):
+            committed = sub.loc[sub["method"] == method, "committed"].to_numpy(dtype=int)
+            if committed.size == 0:
+                continue
+            frac = reach_fractions(committed)
+            depths = np.arange(1, frac.size + 1)
+            deepest = max(deepest, frac.size)
+            ax.plot(depths, frac, marker="o", markersize=3.5, color=color(method, i),
+                    linestyle="--" if is_lossy(method) else "-",
+                    label=f"{method_label(method)} ({committed.size} steps)")
+        ax.set_xticks(np.arange(1, deepest + 1, max(1, math.ceil(deepest / 16))))
+        ax.set_ylim(0, 1.02)
+        ax.set_xlabel("Depth k of the accepted path (draft position)")
+        ax.set_ylabel("Fraction of steps reaching depth k")
+        ax.set_title(combo_label(model, temp), fontsize=10)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    finish_panels(fig, axes, len(panels), title_text(title, "Acceptance by position"), height, out_pdf,
+                  lossy_notes(shown, method_label))
 
 
 # --------------------------------------------------------------------------- tree budget
@@ -180,44 +244,48 @@ def cost_model_fit(grid_jsons: Sequence[str | os.PathLike], models: Sequence[str
         raise ValueError(f"{what}: no calibration points with a prediction in {[str(p) for p in grid_jsons]}")
     fig, axes, height = panel_figure(len(panels), 5.2, 4.2, max_cols=3)
     for k, (name, pts, report) in enumerate(panels):
-        ax = axes.flat[k]
-        meas = np.array([p["latency_s"] for p in pts], dtype=float) * 1e3
-        pred = np.array([p["predicted_s"] for p in pts], dtype=float) * 1e3
-        held = np.array([bool(p.get("heldout")) for p in pts])
-
-        def _pct(key: str, mask: np.ndarray) -> float:
-            v = report.get(key)
-            if v is not None and np.isfinite(v):
-                return 100.0 * float(v)
-            return 100.0 * float(np.mean(np.abs(pred[mask] - meas[mask]) / meas[mask])) if mask.any() else np.nan
-
-        in_mape, out_mape = _pct("in_sample_mape", ~held), _pct("heldout_mape", held)
-        ax.scatter(meas[~held], pred[~held], s=18, color=COLORS["dflash"], alpha=0.75,
-                   label=f"fit points ({int((~held).sum())}), MAPE {in_mape:.1f}%")
-        if held.any():
-            extra = report.get("heldout_max_ape")
-            mx = f", max {100 * extra:.1f}%" if extra is not None else ""
-            ax.scatter(meas[held], pred[held], s=46, marker="^", color="#C44E52", edgecolor="black",
-                       linewidth=0.5, label=f"held out ({int(held.sum())}), MAPE {out_mape:.1f}%{mx}", zorder=4)
-        both = np.concatenate([meas, pred])
-        both = both[np.isfinite(both) & (both > 0)]
-        lo, hi = both.min() / 1.15, both.max() * 1.15
-        ax.plot([lo, hi], [lo, hi], "k--", linewidth=1, label="identity (y = x)")
-        if hi / lo > 10:
-            _log_axes_125(ax, lo, hi)
-        ax.set_xlim(lo, hi)
-        ax.set_ylim(lo, hi)
-        ax.set_aspect("equal", adjustable="box")
-        ax.set_xlabel("Measured verification latency (ms)")
-        ax.set_ylabel("Predicted verification latency (ms)")
-        worst = report.get("heldout_max_ape")
-        head = f"{name}: held-out error {out_mape:.1f}% mean" if held.any() else f"{name}: MAPE {in_mape:.1f}%"
-        if held.any() and worst is not None:
-            head += f", {100 * worst:.1f}% worst"
-        gate = report.get("quality_gate") or {}
-        if gate and not gate.get("passed", True):
-            head += "\n(above the calibration quality gate; accepted by override)"
-        ax.set_title(head, fontsize=10)
-        ax.legend(fontsize=7, loc="upper left")
-        ax.grid(alpha=0.3)
+        _fit_panel(axes.flat[k], name, pts, report)
     finish_panels(fig, axes, len(panels), title_text(title, "Cost model fit"), height, out_pdf)
+
+
+def _fit_panel(ax, name: str, pts: Sequence[Mapping[str, Any]], report: Mapping[str, Any]) -> None:
+    """One model's predicted against measured latencies: fit points, held-out points, the identity."""
+    meas = np.array([p["latency_s"] for p in pts], dtype=float) * 1e3
+    pred = np.array([p["predicted_s"] for p in pts], dtype=float) * 1e3
+    held = np.array([bool(p.get("heldout")) for p in pts])
+
+    def _pct(key: str, mask: np.ndarray) -> float:
+        v = report.get(key)
+        if v is not None and np.isfinite(v):
+            return 100.0 * float(v)
+        return 100.0 * float(np.mean(np.abs(pred[mask] - meas[mask]) / meas[mask])) if mask.any() else np.nan
+
+    in_mape, out_mape = _pct("in_sample_mape", ~held), _pct("heldout_mape", held)
+    ax.scatter(meas[~held], pred[~held], s=18, color=COLORS["dflash"], alpha=0.75,
+               label=f"fit points ({int((~held).sum())}), MAPE {in_mape:.1f}%")
+    if held.any():
+        extra = report.get("heldout_max_ape")
+        mx = f", max {100 * extra:.1f}%" if extra is not None else ""
+        ax.scatter(meas[held], pred[held], s=46, marker="^", color="#C44E52", edgecolor="black",
+                   linewidth=0.5, label=f"held out ({int(held.sum())}), MAPE {out_mape:.1f}%{mx}", zorder=4)
+    both = np.concatenate([meas, pred])
+    both = both[np.isfinite(both) & (both > 0)]
+    lo, hi = both.min() / 1.15, both.max() * 1.15
+    ax.plot([lo, hi], [lo, hi], "k--", linewidth=1, label="identity (y = x)")
+    if hi / lo > 10:
+        _log_axes_125(ax, lo, hi)
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_aspect("equal", adjustable="box")
+    ax.set_xlabel("Measured verification latency (ms)")
+    ax.set_ylabel("Predicted verification latency (ms)")
+    worst = report.get("heldout_max_ape")
+    head = f"{name}: held-out error {out_mape:.1f}% mean" if held.any() else f"{name}: MAPE {in_mape:.1f}%"
+    if held.any() and worst is not None:
+        head += f", {100 * worst:.1f}% worst"
+    gate = report.get("quality_gate") or {}
+    if gate and not gate.get("passed", True):
+        head += "\n(above the calibration quality gate; accepted by override)"
+    ax.set_title(head, fontsize=10)
+    ax.legend(fontsize=7, loc="upper left")
+    ax.grid(alpha=0.3)

@@ -6,20 +6,30 @@ Formatting only; what the table holds is :func:`bastion.report.tables.speedup_ta
 from __future__ import annotations
 
 import os
+import textwrap
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from bastion.defaults import method_label
 from bastion.report.tables import (
     AVERAGE,
     MISSING,
     fmt,
+    method_label,
     parse_column,
     speedup_table,
+    table_notes,
     title_text,
 )
+
+# What the numbers are, as bastion.report.aggregate computes them.
+DEFINITIONS = ("Speedup: the ratio of mean times per output token, AR's over the method's, in the decode phase; "
+               "each mean is over the responses (a response's decode seconds over its output tokens), as the "
+               "original release's benchmark computes it: not total seconds over total tokens, nor a mean of "
+               "per-response ratios. "
+               "\u03c4: tokens committed per target forward, pooled over every step of every response "
+               f"(total committed over total steps). {MISSING}: no result.")
 
 
 def formatted(table: pd.DataFrame) -> list[list[str]]:
@@ -57,9 +67,8 @@ def to_markdown(table: pd.DataFrame, title: str) -> str:
     for row in formatted(table):
         cells = [f"**{v}**" if row[0] == AVERAGE else v for v in row]
         lines.append("| " + " | ".join(cells) + " |")
-    lines.append("")
-    lines.append(f"Speedup: AR time per output token over the method's (decode phase); "
-                 f"\u03c4: tokens committed per verification step; {MISSING}: no result.")
+    for note in [DEFINITIONS, *table_notes(table)]:
+        lines += ["", note]
     return "\n".join(lines) + "\n"
 
 
@@ -105,11 +114,17 @@ def to_latex(table: pd.DataFrame, caption: str, label: str = "tab:speedup") -> s
             lines.append(" & ".join(rf"\textbf{{{tex_escape(v)}}}" for v in row) + r" \\")
         else:
             lines.append(" & ".join(tex_escape(v) for v in row) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}",
-              rf"\caption{{{tex_escape(caption)}. Speedup: AR time per output token over the method's "
-              r"(decode phase); $\tau$: tokens committed per verification step; -- : no result.}",
-              rf"\label{{{label}}}", r"\end{table}"]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    lines += [rf"\par\smallskip{{\footnotesize {tex_escape(note)}}}" for note in table_notes(table)]
+    lines += [rf"\caption{{{tex_escape(caption)}. {tex_escape(DEFINITIONS)}}}", rf"\label{{{label}}}", r"\end{table}"]
     return "\n".join(lines) + "\n"
+
+
+def _footer(table: pd.DataFrame, width_in: float) -> list[str]:
+    """The definitions and the table's notes, wrapped to the page (8 pt: about 0.062 inch a character)."""
+    chars = max(40, int((width_in - 0.5) / 0.062))
+    notes = [DEFINITIONS, *table_notes(table)]
+    return [line for note in notes for line in textwrap.wrap(note, chars, break_on_hyphens=False)]
 
 
 def to_pdf(table: pd.DataFrame, title: str, out_pdf: str | os.PathLike) -> None:
@@ -120,18 +135,16 @@ def to_pdf(table: pd.DataFrame, title: str, out_pdf: str | os.PathLike) -> None:
     matplotlib.rcParams["ps.fonttype"] = 42
     import matplotlib.pyplot as plt
 
-    groups = _header_groups(table)
     header = ["Dataset"]
-    for key, method, cols in groups:
+    for key, method, cols in _header_groups(table):
         for c in cols:
             header.append(f"{key}\n{method_label(method)}\n{_metric_header(parse_column(c)[3])}")
     body = formatted(table)
     ncols = len(header)
-    # wide enough for the columns, the title (11 pt) and the footnote (8 pt)
-    foot = (f"Speedup: AR time per output token over the method's (decode phase);  "
-            f"\u03c4: tokens committed per verification step;  {MISSING}: no result")
-    width = max(1.5 + 1.1 * (ncols - 1) + 0.4, 0.085 * len(title) + 0.6, 0.062 * len(foot) + 0.5)
-    head_h, row_h, title_h, foot_h = 0.62, 0.3, 0.6, 0.4  # inches
+    # wide enough for the columns and the title (11 pt); the notes below wrap
+    width = max(1.5 + 1.1 * (ncols - 1) + 0.4, 0.085 * len(title) + 0.6, 7.0)
+    foot = _footer(table, width)
+    head_h, row_h, title_h, foot_h = 0.62, 0.3, 0.6, 0.25 + 0.15 * len(foot)  # inches
     table_h = head_h + row_h * len(body)
     height = title_h + table_h + foot_h + 0.1
     fig = plt.figure(figsize=(width, height))
@@ -140,7 +153,18 @@ def to_pdf(table: pd.DataFrame, title: str, out_pdf: str | os.PathLike) -> None:
     tab = ax.table(cellText=body, colLabels=header, loc="upper center", cellLoc="center")
     tab.auto_set_font_size(False)
     tab.set_fontsize(9)
-    col_in = [1.5] + [1.1] * (ncols - 1)
+    _style_cells(tab, body, [1.5] + [1.1] * (ncols - 1), width, head_h, row_h, table_h)
+    fig.suptitle(title, fontsize=11, y=1 - 0.2 / height, va="top")
+    fig.text(0.5, 0.12 / height, "\n".join(foot), ha="center", va="bottom", fontsize=8, color="#444444",
+             linespacing=1.3)
+    Path(out_pdf).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_pdf)
+    plt.close(fig)
+
+
+def _style_cells(tab: Any, body: Sequence[Sequence[str]], col_in: Sequence[float], width: float, head_h: float,
+                 row_h: float, table_h: float) -> None:
+    """Sizes in inches, a shaded bold header and Average row, datasets flush left."""
     for (r, c), cell in tab.get_celld().items():
         cell.set_width(col_in[c] / width)
         cell.set_height((head_h if r == 0 else row_h) / table_h)
@@ -154,11 +178,6 @@ def to_pdf(table: pd.DataFrame, title: str, out_pdf: str | os.PathLike) -> None:
         if c == 0 and r > 0:
             cell.set_text_props(ha="left")
             cell.PAD = 0.05
-    fig.suptitle(title, fontsize=11, y=1 - 0.2 / height, va="top")
-    fig.text(0.5, 0.12 / height, foot, ha="center", va="bottom", fontsize=8, color="#444444")
-    Path(out_pdf).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_pdf)
-    plt.close(fig)
 
 
 def to_csv(table: pd.DataFrame, out_csv: str | os.PathLike) -> None:

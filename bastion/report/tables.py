@@ -8,48 +8,28 @@ Columns are, for each (model, temperature) and each non-AR method, the speedup o
 has no column.  A cell without results shows an en dash.
 
 The helpers shared with :mod:`bastion.report.plots` (reading cells, dataset names and order,
-method labels, titles) live here too.
+method labels, titles) live here too.  Averages compare like with like
+(:mod:`bastion.report.averages`): within a panel, over the datasets every method has.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from pathlib import PurePosixPath
 from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from bastion.defaults import (
-    LONGBENCH_SUBSETS,
-    OFFLINE_DATASETS,
-    SHORT_DATASETS,
-    method_label,
-    temperature_tag,
-)
+from bastion.defaults import ABLATION_PREFIX, BASELINE, METHODS, temperature_tag
+from bastion.defaults import method_label as display_name
+from bastion.report.averages import average, coverage_notes, finite_datasets, is_lossy, lossy_notes, panel_coverage
+from bastion.report.datasets import PAPER_ORDER, dataset_name, order_datasets
 
 MISSING = "\u2013"  # en dash
 AVERAGE = "Average"
-# The paper's order; datasets it does not name follow alphabetically.
-PAPER_ORDER: tuple[str, ...] = (*SHORT_DATASETS, *LONGBENCH_SUBSETS, *OFFLINE_DATASETS)
 METRICS = ("speedup", "tau")
 
 # --------------------------------------------------------------------------- helpers
-
-
-def dataset_name(value: Any) -> str:
-    """The plain dataset name: ``results/datasets/humaneval-pkg.jsonl`` -> ``humaneval-pkg``."""
-    text = str(value)
-    if text.endswith(".jsonl"):
-        return PurePosixPath(text.replace("\\", "/")).name[: -len(".jsonl")]
-    return text
-
-
-def order_datasets(names: Iterable[str]) -> list[str]:
-    """Unique names in the paper's order, the others alphabetically after them."""
-    unique = list(dict.fromkeys(names))
-    rank = {n: i for i, n in enumerate(PAPER_ORDER)}
-    return sorted(unique, key=lambda n: (0, rank[n], "") if n in rank else (1, 0, n))
 
 
 def _join(values: Any) -> str:
@@ -58,6 +38,24 @@ def _join(values: Any) -> str:
     if isinstance(values, str):
         return values
     return ", ".join(str(v) for v in values)
+
+
+def method_label(method: str) -> str:
+    """A method's name in tables and figures: its display name, marked ``(lossy)`` where it is lossy."""
+    label = display_name(method)
+    return label if not is_lossy(method) or "lossy" in label.lower() else f"{label} (lossy)"
+
+
+def main_methods(present: Iterable[str], methods: Sequence[str] | None = None) -> list[str]:
+    """The methods to show, present ones only: ``methods`` in their order, or by default the known
+    drafting methods in :data:`~bastion.defaults.METHODS` order, then any others by name; never AR,
+    and by default never the ablation's fixed budgets."""
+    present = list(dict.fromkeys(present))
+    if methods is None:
+        pref = [m for m in METHODS if m != BASELINE]
+        methods = [m for m in pref if m in present] + sorted(
+            m for m in present if m not in pref and not m.startswith(ABLATION_PREFIX))
+    return [m for m in dict.fromkeys(methods) if m != BASELINE and m in present]
 
 
 def title_text(title: Mapping[str, Any] | str | None, what: str = "") -> str:
@@ -138,9 +136,12 @@ def column_name(model: str, temperature: float, method: str, metric: str) -> str
 def speedup_table(cells: str | os.PathLike | pd.DataFrame, methods: Sequence[str]) -> pd.DataFrame:
     """Numeric table: index = datasets (+ ``Average``), columns ``model/T<t>/method/metric``.
 
-    ``methods`` are the methods to show (AR is dropped).  Missing cells are NaN; the
-    Average row is the mean over the datasets that have a value.  Raises ValueError if
-    no cell of any shown method exists.
+    ``methods`` are the methods to show (AR is dropped).  Missing cells are NaN.  In each
+    (model, temperature) panel the Average row is every method's mean over the same
+    datasets, those where every method of the panel has a result; a method missing from
+    some of the panel's datasets gets none (NaN), and ``table.attrs["notes"]`` says what is
+    missing (:mod:`bastion.report.averages`).  Raises ValueError if no cell of any shown
+    method exists.
     """
     df = cells if isinstance(cells, pd.DataFrame) else read_csvs(cells)
     shown = [m for m in dict.fromkeys(methods) if m != "ar"]
@@ -155,15 +156,32 @@ def speedup_table(cells: str | os.PathLike | pd.DataFrame, methods: Sequence[str
                          f"{sorted(set(df['method']))})")
     datasets = order_datasets(df["dataset"])
     table = pd.DataFrame(index=pd.Index(datasets, name="dataset"))
+    averages: dict[str, float] = {}
+    notes: list[str] = []
     for model, temp in combos(df):
         sub = rows[(rows["model"] == model) & (rows["temperature"] == temp)]
-        for method in shown:
-            cell = sub[sub["method"] == method].groupby("dataset")[list(METRICS)].mean()
-            for metric in METRICS:
-                table[column_name(model, temp, method, metric)] = cell[metric].reindex(datasets).astype(float)
-    avg = table.mean(axis=0, skipna=True)
-    table.loc[AVERAGE] = avg
+        notes += _panel_columns(table, averages, sub, model, temp, shown)
+    table.loc[AVERAGE] = pd.Series(averages, dtype=float)
+    table.attrs["notes"] = lossy_notes([m for m in shown if m in set(rows["method"])], method_label) + notes
     return table
+
+
+def _panel_columns(table: pd.DataFrame, averages: dict[str, float], sub: pd.DataFrame, model: str,
+                   temp: float, shown: Sequence[str]) -> list[str]:
+    """Add one panel's columns to ``table`` and their averages to ``averages``; returns its notes."""
+    per = {m: sub[sub["method"] == m].groupby("dataset")[list(METRICS)].mean() for m in shown}
+    covs = panel_coverage({m: finite_datasets(per[m]["speedup"].to_dict()) for m in shown})
+    for method in shown:
+        for metric in METRICS:
+            col = column_name(model, temp, method, metric)
+            table[col] = per[method][metric].reindex(table.index).astype(float)
+            averages[col] = average(per[method][metric].to_dict(), method, covs[method])
+    return coverage_notes(combo_label(model, temp), covs, method_label)
+
+
+def table_notes(table: pd.DataFrame) -> list[str]:
+    """The notes :func:`speedup_table` attached: what the averages leave out, and why."""
+    return list(table.attrs.get("notes", []))
 
 
 def parse_column(col: str) -> tuple[str, str, str, str]:
@@ -172,4 +190,5 @@ def parse_column(col: str) -> tuple[str, str, str, str]:
 
 
 __all__ = ["AVERAGE", "MISSING", "PAPER_ORDER", "column_name", "combo_label", "combos", "dataset_name",
-           "fmt", "method_label", "order_datasets", "parse_column", "read_csvs", "speedup_table", "title_text"]
+           "fmt", "main_methods", "method_label", "order_datasets", "parse_column", "read_csvs", "speedup_table",
+           "table_notes", "title_text"]

@@ -43,3 +43,26 @@ def test_same_as_ar_is_undefined_when_sampling(tmp_path):
     cells, prompts = _cells(tmp_path, recs)
     assert cells["bastion"]["same_as_ar"] == "nan"
     assert {p["same_as_ar"] for p in prompts} == {""}
+
+
+def test_speedup_is_the_ratio_of_mean_times_per_output_token(tmp_path):
+    """Unequal per-response ratios tell the definitions apart: the release's ratio of mean times per token
+    (2.4x here), not total seconds over total tokens (2.05x) nor the mean of per-response ratios (3.0x)."""
+    ar = [_rec("ar", 0, range(10), seconds=1.0), _rec("ar", 1, range(100), seconds=20.0),
+          _rec("ar", 2, [7], seconds=0.0)]
+    fast = [_rec("bastion", 0, range(10), seconds=0.25, acc=(4, 5)),  # 0.025 s a token: 4x AR's 0.1
+            _rec("bastion", 1, range(100), seconds=10.0, acc=(3,) * 33),  # 0.1 s a token: 2x AR's 0.2
+            _rec("bastion", 2, [7], seconds=0.0, acc=())]  # one token (the prefill's): no decode, left out
+    cells, prompts = _cells(tmp_path, ar + fast)
+    speedup = float(cells["bastion"]["speedup"])
+    assert speedup == pytest.approx((1.0 / 10 + 20.0 / 100) / 2 / ((0.25 / 10 + 10.0 / 100) / 2))
+    assert speedup == pytest.approx(2.4)
+    assert speedup != pytest.approx((21.0 / 110) / (10.25 / 110))  # totals over responses: 2.049
+    assert speedup != pytest.approx((4.0 + 2.0) / 2)  # mean of per-response ratios: 3.0
+    assert float(cells["bastion"]["tpot_s"]) == pytest.approx(0.0625)
+    # tau pools the steps: 108 tokens committed in 35 steps, not the mean of the responses' 4.5 and 3.0
+    assert float(cells["bastion"]["tau"]) == pytest.approx(108 / 35)
+    assert float(cells["ar"]["speedup"]) == 1.0
+    assert float(cells["bastion"]["mean_tree_size"]) == 16.0  # the one-token response has no trees to count
+    assert sorted(float(p["tpot_s"]) for p in prompts if p["method"] == "bastion")[1:] == \
+        pytest.approx([0.025, 0.1])

@@ -21,3 +21,12 @@ def test_a_method_alone_shows_no_speedup_instead_of_nan():
     text = format_summary(summarise([_record("dflash", 1.0)], ["dflash"]), 16)
     line = next(l for l in text.splitlines() if l.startswith("DFlash"))
     assert "nan" not in text and line.split()[4] == "-", line
+
+
+def test_the_log_summary_uses_the_reports_speedup_definition():
+    """The decode log's table agrees with bastion.report.aggregate: ratio of mean times per token, pooled tau."""
+    rows = summarise([_record("ar", 1.0, 10), _record("ar", 20.0, 100),
+                      _record("dflash", 0.25, 10), _record("dflash", 10.0, 100)], ["ar", "dflash"])
+    dflash = next(r for r in rows if r["method"] == "dflash")
+    assert round(dflash["speedup"], 9) == 2.4  # not 2.049 (totals) nor 3.0 (mean of per-response ratios)
+    assert dflash["tau"] == 2.0
