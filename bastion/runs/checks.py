@@ -2,15 +2,15 @@
 
 The CLI and the pipeline's decode jobs both build a :class:`~bastion.runs.run.DecodeRun`;
 these are the parts of its validation that read only flags, config files and records.
+Everything here runs without torch, so the CLI refuses a bad flag before importing it.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from bastion.defaults import METHODS, resolve_n_min
+from bastion.defaults import METHODS, TOPK_LIMIT, resolve_n_min
 from bastion.models import registry as models
-from bastion.results import records
 
 
 class UsageError(ValueError):
@@ -53,13 +53,31 @@ def check_n_min(n_min: int | str, n_max: int, gpu: bool | None = None) -> int | 
     return n
 
 
-def load_histories(path: str) -> dict[tuple[int, int], list[int]]:
-    """(prompt index, turn) -> AR's output ids, from AR's records file."""
-    try:
-        recs = records.read_records(path)
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot read history records {path} ({exc}); rerun the AR decode that writes them") from None
-    return {(r["prompt_index"], r["turn"]): r["output_ids"] for r in recs if r.get("method", "ar") == "ar"}
+def check_at_least(flag: str, value: int | None, low: int, fix: str = "") -> None:
+    """An integer flag's lower bound (None: the flag was not given)."""
+    if value is not None and (isinstance(value, bool) or value < low):
+        raise UsageError(f"{flag} must be >= {low}, got {value}{fix}")
+
+
+def check_temperature(value: float) -> None:
+    if value < 0:
+        raise UsageError(f"--temperature must be >= 0, got {value}")
+
+
+def check_topk(value: int) -> None:
+    """``--topk`` within the path-ranking layout's limit (the bound :class:`TreePolicy` keeps)."""
+    if not 1 <= value <= TOPK_LIMIT:
+        raise UsageError(f"--topk must be in 1..{TOPK_LIMIT}, got {value}")
+
+
+def check_eagle3_tree(depth: int, topk: int, total_tokens: int) -> None:
+    """EAGLE-3's tree flags, with the bounds of :class:`~bastion.speculative.methods.Eagle3Policy`
+    (tests/runs/test_checks.py ties the two), checked here without importing torch."""
+    bad = [f"{flag} {v}" for flag, v, low in (("--eagle3-depth", depth, 0), ("--eagle3-topk", topk, 1),
+                                               ("--eagle3-total-tokens", total_tokens, 1)) if v < low]
+    if bad:
+        raise UsageError(f"{', '.join(bad)}: EAGLE-3 needs --eagle3-depth >= 0, --eagle3-topk >= 1 and "
+                         "--eagle3-total-tokens >= 1")
 
 
 def check_positions(target_ref: str, max_new_tokens: int, block_size: int | None) -> None:

@@ -12,6 +12,7 @@ import shutil
 
 import pytest
 
+from bastion.runs import runner
 from bastion.runs.cell import decode_cell
 from bastion.runs.run import DecodeRun
 from bastion.runs.session import Session
@@ -75,18 +76,18 @@ def test_a_cell_takes_ar_histories_and_resumes_each_method(data, tmp_path, monke
     shutil.rmtree(out)
 
     # a cell killed in dflash's second prompt: AR and EAGLE-3 are done, dflash half
-    real = DecodeRun._decode_prompt
+    real = runner.decode_prompt
 
-    def dies(self, idx, *args, **kw):
-        if self.methods == ("dflash",) and idx == 1:
+    def dies(run, idx, *args, **kw):
+        if run.methods == ("dflash",) and idx == 1:
             raise KeyboardInterrupt
-        return real(self, idx, *args, **kw)
+        return real(run, idx, *args, **kw)
 
-    monkeypatch.setattr(DecodeRun, "_decode_prompt", dies)
+    monkeypatch.setattr(runner, "decode_prompt", dies)
     with pytest.raises(KeyboardInterrupt):
         decode_cell(_runs(data, out, history=True))
     assert (out / "ar.jsonl.partial").exists() and (out / "dflash.jsonl.partial").exists()
-    monkeypatch.setattr(DecodeRun, "_decode_prompt", real)
+    monkeypatch.setattr(runner, "decode_prompt", real)
     for path in out.glob("*.jsonl"):  # Snakemake deletes the outputs of a failed job
         path.unlink()
     runs = _runs(data, out, history=True)
@@ -110,16 +111,16 @@ def test_a_cell_without_histories_decodes_prompt_by_prompt_and_resumes(data, tmp
         run.execute()
     alone = {m: _content(out / f"{m}.jsonl") for m in METHODS}
     shutil.rmtree(out)
-    order, real = [], DecodeRun._decode_prompt
+    order, real = [], runner.decode_prompt
 
-    def logged(self, idx, *args, **kw):
-        order.append((self.methods[0], idx))
-        if self.methods == ("dflash",) and idx == 1 and kill["on"]:
+    def logged(run, idx, *args, **kw):
+        order.append((run.methods[0], idx))
+        if run.methods == ("dflash",) and idx == 1 and kill["on"]:
             raise KeyboardInterrupt
-        return real(self, idx, *args, **kw)
+        return real(run, idx, *args, **kw)
 
     kill = {"on": True}
-    monkeypatch.setattr(DecodeRun, "_decode_prompt", logged)
+    monkeypatch.setattr(runner, "decode_prompt", logged)
     with pytest.raises(KeyboardInterrupt):  # killed in dflash's second prompt
         decode_cell(_runs(data, out))
     assert order == [(m, 0) for m in METHODS] + [("ar", 1), ("eagle3", 1), ("dflash", 1)]
