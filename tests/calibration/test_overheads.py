@@ -158,7 +158,7 @@ def test_calibration_files_keep_the_growth_and_older_files_load_without_it(tmp_p
     assert Calibration.load(path).overheads == ov
     data = json.loads(path.read_text())
     data["overheads"] = {"t_draft": 1e-3, "t_other": 1e-3, "t_other_per_node": 3e-6, "reference_nodes": 16}
-    path.write_text(json.dumps(data))  # session 9's linear form
+    path.write_text(json.dumps(data))  # the linear form of an older file
     assert Calibration.load(path).overheads == StepOverheads(1e-3, 1e-3, 3e-6, 16)
     data["overheads"] = {"t_draft": 1e-3, "t_other": 1e-3}  # written before the growth was measured
     path.write_text(json.dumps(data))
