@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import asdict, replace
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
@@ -124,4 +124,10 @@ def calibrate(
     overheads, baselines = profile_steps(engine, policy, cost, seed=seed, temperature=temperature, log=log)
     return Calibration(model=model, fingerprint=fingerprint, cost_model=cost, overheads=overheads, report=report,
                        grid=asdict(grid), points=rows, seconds=time.perf_counter() - t0,
-                       temperature=float(temperature), baselines=baselines)
+                       temperature=float(temperature), baselines=baselines, **coverage(policy, grid.c_values))
+
+
+def coverage(policy: TreePolicy, c_values: Sequence[int]) -> dict[str, Any]:
+    """What a calibration covers, recorded in its file: the ``n_min`` and the probe sizes of its
+    step overheads, and the largest context of its latency grid."""
+    return {"n_min": policy.n_min, "probe_sizes": overhead_budgets(policy), "max_context": int(max(c_values))}

@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from bastion.calibration import fingerprint, hardware
-from bastion.calibration.calibrate import device_peaks, fit_latency, overhead_budgets, probe_prompt, profile_steps
+from bastion.calibration.calibrate import (
+    coverage,
+    device_peaks,
+    fit_latency,
+    overhead_budgets,
+    probe_prompt,
+    profile_steps,
+)
 from bastion.calibration.grid import MAX_HELDOUT_MAPE, Grid
 from bastion.calibration.store import Calibration, CalibrationError, write_json_atomic
 from bastion.costmodel.model import CostModel
@@ -113,7 +120,8 @@ def profile_constants(out: str, model_name: str, model_json: str, latency_json: 
     temperature = float(lat.get("temperature", 0.0))
     overheads, baselines = profile_steps(eng, policy, cost, seed=seed, temperature=temperature)
     cal = Calibration(model=model_name, fingerprint=fp_now, cost_model=cost, overheads=overheads, report=lat["report"],
-                      grid=lat["grid"], points=lat["points"], temperature=temperature, baselines=baselines)
+                      grid=lat["grid"], points=lat["points"], temperature=temperature, baselines=baselines,
+                      **coverage(policy, lat["grid"]["c_values"]))
     cal.save(out)
     return cal
 

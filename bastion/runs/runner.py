@@ -51,6 +51,7 @@ class Inputs:
     part: Path | None  # the partial records file this rank appends to
     fingerprint: dict[str, Any]
     cal_path: Path
+    longest: int  # the longest prompt plus its new tokens: what the buffers and the calibration must reach
 
 
 class Runner:
@@ -68,8 +69,8 @@ class Runner:
 
     def steps(self) -> Iterator[int]:
         run, inputs = self._check()
-        loaded, engine, longest = self._load(run, inputs)
-        cal = self._calibrate(run, inputs, engine, longest) if self._adaptive(run) else None
+        loaded, engine = self._load(run, inputs)
+        cal = self._calibrate(run, inputs, engine) if self._adaptive(run) else None
         yield from self._decode(run, inputs, loaded, engine, cal)
         self._finish(run, inputs)
 
@@ -101,11 +102,14 @@ class Runner:
             records.check_writable(part)  # an unwritable --output fails now, not after the first prompt
         run = self._resolve(given)
         self._check_models(run, target_ref, drafter_ref)
+        # the longest prompt plus its new tokens sizes the static buffers and the calibration grid
+        longest = PromptBuilder(self.session.tokenizer(target_ref), run.enable_thinking).longest_context(
+            prompts, run.max_new_tokens)
         fp_now = fingerprint.collect(torch.device(run.device), getattr(torch, run.dtype), run.attn_impl, run.engine)
         cal_path = Path(run.calibration) if run.calibration else calibration_path(
             run.cache_dir, run.hardware, given.model_name or model_name, run.engine, run.temperature)
         inputs = Inputs(target_ref, drafter_ref, eagle3_ref, given.model_name or model_name, prompts, histories,
-                        out_path, part, fp_now, cal_path)
+                        out_path, part, fp_now, cal_path, longest)
         if self._adaptive(run):
             self._check_calibration(run, inputs)
         return run, inputs
@@ -132,24 +136,21 @@ class Runner:
             raise UsageError(f"--calibration {path} does not exist; omit it to calibrate into --cache-dir")
         if self.rank == 0 and (run.calibration or not run.recalibrate):
             if path.exists():
-                Calibration.load(path, current=inputs.fingerprint).check_temperature(run.temperature, path)
+                self._trusted(run, inputs)
             else:
                 check_writable(run.cache_dir, path)
 
     # ------------------------------------------------------------------------ load
 
     def _load(self, run: RunSettings, inputs: Inputs):
-        """Target, tokenizer, drafters and the engine; returns (loaded, engine, longest context)."""
+        """Target, tokenizer, drafters and the engine; returns (loaded, engine)."""
         device, dtype = torch.device(run.device), getattr(torch, run.dtype)
         loaded = self.session.models(run.methods, inputs.target_ref, inputs.drafter_ref, inputs.eagle3_ref, dtype,
                                      device, run.attn_impl, run.block_size, run.eagle3_policy())
-        builder = PromptBuilder(loaded.tokenizer, run.enable_thinking)
-        # the longest prompt plus its new tokens sizes the static buffers and the calibration grid
-        longest = builder.longest_context(inputs.prompts, run.max_new_tokens)
         policy = self._policy(run)
         engine = self.session.engine(run.engine, loaded, n_max=max(policy.n_max, policy.budget or 0),
-                                     max_context=max(longest, run.max_new_tokens + 2048))
-        return loaded, engine, longest
+                                     max_context=max(inputs.longest, run.max_new_tokens + 2048))
+        return loaded, engine
 
     @staticmethod
     def _policy(run: RunSettings) -> TreePolicy:
@@ -157,12 +158,12 @@ class Runner:
 
     # ------------------------------------------------------------------------ calibrate
 
-    def _calibrate(self, run: RunSettings, inputs: Inputs, engine, longest: int) -> Calibration:
+    def _calibrate(self, run: RunSettings, inputs: Inputs, engine) -> Calibration:
         """The run's calibration: rank 0 measures it when asked or missing, the other ranks wait."""
         path, fp_now = inputs.cal_path, inputs.fingerprint
         if self.rank == 0 and not run.calibration and (run.recalibrate or not path.exists()):
             check_writable(run.cache_dir, path)
-            grid = Grid.named(run.calib_grid).covering(longest)
+            grid = Grid.named(run.calib_grid).covering(inputs.longest)
             self.log(f"[calibrate] no calibration for ({fingerprint.hardware_key(fp_now)}, {inputs.model_name}); "
                      f"measuring on {fp_now['device_name']} ({run.calib_grid} grid)")
             cal = calibrate(inputs.model_name, fp_now, grid, engine, self._policy(run), log=self.log, seed=run.seed,
@@ -174,8 +175,15 @@ class Runner:
             torch.distributed.barrier()  # the other ranks wait for rank 0's calibration
         if not path.exists():
             raise CalibrationError(f"calibration {path} was not created")
-        cal = Calibration.load(path, current=fp_now)
-        cal.check_temperature(run.temperature, path)
+        return self._trusted(run, inputs)
+
+    @staticmethod
+    def _trusted(run: RunSettings, inputs: Inputs) -> Calibration:
+        """The calibration file, refused (naming the fix) if made on another stack, for the other
+        temperature class, at another ``n_min`` or for shorter contexts than this run reaches."""
+        cal = Calibration.load(inputs.cal_path, current=inputs.fingerprint)
+        cal.check_temperature(run.temperature, inputs.cal_path)
+        cal.check_covers(run.n_min, inputs.longest, inputs.cal_path, given=run.calibration is not None)
         return cal
 
     # ------------------------------------------------------------------------ decode
