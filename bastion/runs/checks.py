@@ -97,3 +97,11 @@ def check_positions(target_ref: str, max_new_tokens: int, block_size: int | None
             f"--max-new-tokens {max_new_tokens} does not fit the target's {limit} positions "
             f"(max_position_embeddings of {target_ref}); lower --max-new-tokens below {int(limit) - 1 - (block_size or 1)}"
         )
+
+
+def check_multi_turn(prompts: Sequence[dict], methods: Sequence[str], history_from: str | None, dataset: str) -> None:
+    """Later turns carry AR's answers to the turns before them: AR must run, or its records be given."""
+    turns = max((len(p["turns"]) for p in prompts), default=1)
+    if turns > 1 and "ar" not in methods and history_from is None:
+        raise UsageError(f"dataset {dataset!r} has prompts of {turns} turns, whose later turns carry AR's answers: "
+                         "add ar to --methods, or pass AR's records of this dataset with --history-from")

@@ -3,7 +3,8 @@
 :class:`DecodeRun` is a :class:`~bastion.runs.settings.RunSettings` that can execute:
 the CLI fills it from flags and the pipeline's decode jobs from their params
 (:func:`run_from_knobs`), so both run the same code, the phases of
-:class:`bastion.runs.runner.Runner` (checks, load, calibrate, decode with resume, gather).
+:func:`bastion.runs.inputs.check_inputs` (without torch), then those of
+:class:`bastion.runs.runner.Runner` (resolve, load, calibrate, decode with resume, gather).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
+from bastion.runs.inputs import check_inputs
 from bastion.runs.settings import RunSettings
 
 if TYPE_CHECKING:
@@ -38,9 +40,10 @@ class DecodeRun(RunSettings):
         records end up in ``self.records``); a cell advances several runs in turn this way
         (:func:`bastion.runs.cell.decode_cell`).
         """
-        from bastion.runs.runner import Runner
+        inputs = check_inputs(self)  # flags, models, dataset, history, output: without torch
+        from bastion.runs.runner import Runner  # torch, from here on
 
-        runner = Runner(self, session)
+        runner = Runner(self, inputs, session)
         yield from runner.steps()
         self.records = runner.records
 

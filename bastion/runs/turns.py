@@ -8,6 +8,7 @@ import torch
 
 from bastion.results import records
 from bastion.runs.checks import UsageError
+from bastion.runs.history import prompt_hash
 
 if TYPE_CHECKING:
     from bastion.data.prompts import PromptBuilder
@@ -40,6 +41,7 @@ def decode_prompt(run: RunSettings, idx: int, prompt: Mapping[str, Any], decoder
             res = decoders[m].generate(ids, run.max_new_tokens, run.temperature, stops, gen, collect_stats=run.step_times)
             answers[m] = res.output_ids
             dataset = run.dataset_name or prompt.get("dataset")
-            out.append(records.make_record(res, prompt_index=idx, turn=turn, method=m, base={**base, "dataset": dataset}))
+            out.append(records.make_record(res, prompt_index=idx, turn=turn, method=m,
+                                           base={**base, "dataset": dataset, "prompt_hash": prompt_hash(prompt)}))
         history.append((text, builder.decode(answers[run.methods[0]])))
     return out

@@ -127,7 +127,7 @@ def test_partial_from_other_settings_is_refused(workdir, capsys):
 def test_a_cached_calibration_of_another_n_min_or_shorter_contexts_is_refused(workdir, capsys):
     root, target, drafter, data = workdir
     cache = root / "cache7"
-    base = ["--quiet", "--methods", "bastion"]
+    base = ["--quiet", "--methods", "ar,bastion"]
     assert benchmark.main(_args(target, drafter, data, cache, extra=base)) == 0
     cal = next(cache.glob("calibration_*.json"))
     made, stamp = json.loads(cal.read_text()), cal.stat().st_mtime_ns
@@ -189,7 +189,7 @@ def test_n_min_auto_is_the_cpus_16(workdir, capsys):
     CPU (a fixed budget skips calibration; the records still carry the resolved minimum)."""
     root, target, drafter, data = workdir
     out = root / "out_nmin.jsonl"
-    args = _args(target, drafter, data, root / "cache6", out, ["--quiet", "--methods", "bastion", "--budget", "8"])
+    args = _args(target, drafter, data, root / "cache6", out, ["--quiet", "--methods", "ar,bastion", "--budget", "8"])
     at = args.index("--n-min")
     del args[at : at + 2]  # the flag and its value
     assert benchmark.main(args) == 0

@@ -62,6 +62,13 @@ def test_a_bad_flag_is_refused_before_torch_loads(argv, needle):
     assert heavy == []
 
 
+def test_multi_turn_without_ar_is_refused_from_the_dataset_alone(tmp_path):
+    data = tmp_path / "chat.jsonl"
+    data.write_text(json.dumps({"turns": ["def f():\n", "    # and g\n"]}) + "\n")
+    code, heavy, out, err = _cli("--model", "tiny", "--dataset", str(data), "--methods", "dflash")
+    assert code == 2 and "add ar to --methods" in err and heavy == [], err
+
+
 def test_the_probe_sees_torch_when_a_run_gets_that_far(tmp_path):
     """The control: a flag that needs the device (here an absent CUDA device) does import torch,
     so an empty list above means the CLI stopped before it, not that the probe is blind."""

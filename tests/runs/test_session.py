@@ -31,6 +31,14 @@ def data(tmp_path):
     return path
 
 
+@pytest.fixture()
+def single_turn(tmp_path):
+    """One turn per prompt: the runs of a cell need no history and advance in turn."""
+    path = tmp_path / "single.jsonl"
+    path.write_text("".join(json.dumps({"turns": p["turns"][:1]}) + "\n" for p in PROMPTS))
+    return path
+
+
 def _runs(data, folder, history=False, engine="static"):
     """One run per method, as a cell job makes them: bastion at a fixed budget (no calibration)."""
     return [DecodeRun(model="tiny", dataset=str(data), methods=(m,), max_new_tokens=8, device="cpu", dtype="float32",
@@ -48,12 +56,12 @@ def _content(path):
 @pytest.mark.parametrize("engine", ["static", "eager"])
 def test_a_session_loads_once_and_writes_the_records_of_runs_alone(data, tmp_path, engine):
     out = tmp_path / "out"
-    for run in _runs(data, out, engine=engine):  # each run alone, as the per-method jobs do
+    for run in _runs(data, out, history=True, engine=engine):  # each run alone, as the per-method jobs do
         run.execute()
     alone = {m: _content(out / f"{m}.jsonl") for m in METHODS}
     shutil.rmtree(out)
     session = Session(METHODS)
-    for run in _runs(data, out, engine=engine):
+    for run in _runs(data, out, history=True, engine=engine):
         run.execute(session)
     kinds = [key[0] for key in session.loaded]
     # one target, tokenizer, drafter, EAGLE-3 head and engine for all four runs
@@ -104,8 +112,9 @@ def test_a_cell_takes_ar_histories_and_resumes_each_method(data, tmp_path, monke
     assert not list(out.glob("*.partial"))  # gone once the whole cell is written
 
 
-def test_a_cell_without_histories_decodes_prompt_by_prompt_and_resumes(data, tmp_path, monkeypatch, capsys):
+def test_a_cell_without_histories_decodes_prompt_by_prompt_and_resumes(single_turn, tmp_path, monkeypatch, capsys):
     """Runs on the same prompts advance in turn (AR, the others, then the next prompt); files as alone."""
+    data = single_turn
     out = tmp_path / "cell"
     for run in _runs(data, out):
         run.execute()
