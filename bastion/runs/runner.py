@@ -156,7 +156,8 @@ class Runner:
         base = record_base(plan, settings, policy, cal, self.rank, self.world)
         shard_i, shard_n = run.shard
         mine = [i for i in range(len(inputs.prompts)) if i % shard_n == shard_i and (i // shard_n) % self.world == self.rank]
-        done = records.read_partial(inputs.part, base["run_key"]) if inputs.part else []
+        # a partial file set aside is said even with --quiet: the run starts over instead of resuming
+        done = records.resume(inputs.part, base["run_key"], settings, _notice) if inputs.part else []
         finished = records.completed_prompts(done, {i: len(inputs.prompts[i]["turns"]) for i in mine}, run.methods)
         self.records = [r for r in done if r["prompt_index"] in finished]
         if finished:
@@ -197,6 +198,10 @@ class Runner:
                 inputs.part.unlink(missing_ok=True)
 
 
+def _notice(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
 def _trusted(plan: Plan) -> Calibration:
     """The calibration file, refused (naming the fix) if made on another stack, for the other
     temperature class, at another ``n_min`` or for shorter contexts than this run reaches."""
@@ -226,6 +231,12 @@ def run_settings(plan: Plan, drafter) -> dict[str, Any]:
         settings["eagle3"] = [inputs.eagle3_ref, run.eagle3_depth, run.eagle3_topk, run.eagle3_total_tokens]
     if inputs.history is not None:  # the later turns' prompts depend on its answers (not on its path)
         settings["history"] = inputs.history.digest
+    # what ran them: a partial file of another engine, dtype, device, stack, code or prompts never resumes
+    settings.update({
+        "engine": run.engine, "dtype": run.dtype, "device": torch.device(run.device).type, "hardware": run.hardware,
+        "fingerprint": {k: plan.fingerprint.get(k) for k in fingerprint.COMPARED},
+        "code": fingerprint.source_digest(), "prompts": inputs.prompts_digest,
+    })
     return settings
 
 
@@ -235,7 +246,8 @@ def record_base(plan: Plan, settings: dict[str, Any], policy: TreePolicy, cal: C
     run, inputs = plan.run, plan.inputs
     need_eagle3 = "eagle3" in run.methods
     return {
-        "run_key": records.run_key(settings), "model": inputs.model_name, "target": inputs.target_ref,
+        "run_key": records.run_key(settings), "run_settings": settings, "model": inputs.model_name,
+        "target": inputs.target_ref,
         "draft_model": settings["draft_model"], "dataset_arg": run.dataset, "rank": rank, "world_size": world,
         "temperature": run.temperature, "max_new_tokens": run.max_new_tokens, "max_samples": run.max_samples,
         "data_seed": run.data_seed, "block_size": settings["block_size"], "hardware": run.hardware,

@@ -208,13 +208,26 @@ def test_missing_history_records(capsys, tmp_path):
     assert str(tmp_path / "ar.jsonl") in msg and "decode AR first" in msg
 
 
-def test_partial_from_other_settings_is_refused_and_kept(capsys, tmp_path):
+def test_partial_from_other_settings_is_set_aside_and_kept(capsys, tmp_path):
     out = tmp_path / "out.jsonl"
     part = records.partial_path(out)
-    part.write_text(json.dumps({"run_key": "someone-else", "prompt_index": 0}) + "\n")
+    stranger = json.dumps({"run_key": "someone-else", "prompt_index": 0}) + "\n"
+    part.write_text(stranger)
+    assert main([*BASE, "--methods", "ar", "--output", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"{part} was written with other settings" in err and "set aside as out.jsonl.partial.set-aside" in err
+    assert (tmp_path / "out.jsonl.partial.set-aside").read_text() == stranger
+    assert "someone-else" not in out.read_text() and not part.exists()
+
+
+def test_a_partial_with_an_unreadable_line_is_refused_and_kept(capsys, tmp_path):
+    """Corruption is not another run's settings: it stops the run, and the file stays for inspection."""
+    out = tmp_path / "out.jsonl"
+    part = records.partial_path(out)
+    part.write_text("{not json\n")
     msg = cli(capsys, "--methods", "ar", "--output", str(out))
-    assert str(part) in msg and "different settings" in msg
-    assert "someone-else" in part.read_text()
+    assert str(part) in msg and "unreadable line" in msg
+    assert part.read_text() == "{not json\n"
 
 
 # ------------------------------------------------------------------------------ faults in processes

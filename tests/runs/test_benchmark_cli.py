@@ -116,12 +116,16 @@ def test_resume_skips_finished_prompts(workdir, capsys):
            [(r["prompt_index"], r["turn"], r["method"], r["output_ids"]) for r in full]
 
 
-def test_partial_from_other_settings_is_refused(workdir, capsys):
+def test_partial_from_other_settings_is_set_aside(workdir, capsys):
     root, target, drafter, data = workdir
     out = root / "out3.jsonl"
-    Path(f"{out}.partial").write_text(json.dumps({"run_key": "0123", "prompt_index": 0}) + "\n")
-    assert benchmark.main(_args(target, drafter, data, root / "cache3", out, ["--quiet"])) == 2
-    assert "different settings" in capsys.readouterr().err
+    stranger = json.dumps({"run_key": "0123", "prompt_index": 0}) + "\n"
+    Path(f"{out}.partial").write_text(stranger)
+    assert benchmark.main(_args(target, drafter, data, root / "cache3", out, ["--quiet"])) == 0
+    err = capsys.readouterr().err
+    assert "was written with other settings (its records do not say which)" in err and "set aside" in err
+    assert Path(f"{out}.partial.set-aside").read_text() == stranger  # kept, never mixed in
+    assert len(_records(out)) == 4 * 3 and "0123" not in out.read_text()
 
 
 def test_a_cached_calibration_of_another_n_min_or_shorter_contexts_is_refused(workdir, capsys):
