@@ -7,6 +7,8 @@ Everything here runs without torch, so the CLI refuses a bad flag before importi
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
 from typing import Sequence
 
 from bastion.defaults import METHODS, TOPK_LIMIT, resolve_n_min
@@ -60,14 +62,25 @@ def check_at_least(flag: str, value: int | None, low: int, fix: str = "") -> Non
 
 
 def check_temperature(value: float) -> None:
-    if value < 0:
-        raise UsageError(f"--temperature must be >= 0, got {value}")
+    """A finite temperature >= 0: NaN or infinity would reach sampling as NaN probabilities."""
+    if not math.isfinite(value) or value < 0:
+        raise UsageError(f"--temperature must be a finite number >= 0 (0: greedy), got {value}")
 
 
 def check_topk(value: int) -> None:
     """``--topk`` within the path-ranking layout's limit (the bound :class:`TreePolicy` keeps)."""
     if not 1 <= value <= TOPK_LIMIT:
         raise UsageError(f"--topk must be in 1..{TOPK_LIMIT}, got {value}")
+
+
+def check_model_folder(flag: str, ref: str | None) -> None:
+    """A local folder given for a model must hold its ``config.json``: say so, naming both."""
+    if ref is None or ref in models.PAIRS:  # a registry key wins over a folder of that name
+        return
+    folder = Path(ref).expanduser()
+    if folder.is_dir() and not (folder / "config.json").is_file():
+        raise UsageError(f"{flag} {ref}: the folder has no config.json, so it holds no model; pass the folder "
+                         "with config.json and the weights, a registry key or a Hugging Face repo id")
 
 
 def check_eagle3_tree(depth: int, topk: int, total_tokens: int) -> None:

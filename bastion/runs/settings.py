@@ -19,6 +19,7 @@ from bastion.runs.checks import (
     UsageError,
     check_at_least,
     check_eagle3_tree,
+    check_model_folder,
     check_n_min,
     check_temperature,
     check_topk,
@@ -80,6 +81,7 @@ class RunSettings:
         self.methods = parse_methods(self.methods)
         check_temperature(self.temperature)
         check_at_least("--max-new-tokens", self.max_new_tokens, 1)
+        check_at_least("--max-samples", self.max_samples, 1, " (omit it to decode every prompt)")
         if self.budget is not None and self.budget < 1:
             raise UsageError(f"--budget must be >= 1 node, got {self.budget}")
         check_n_min(self.n_min, self.n_max)
@@ -91,6 +93,9 @@ class RunSettings:
             check_engine(self.engine)
         except ValueError as exc:
             raise UsageError(f"--engine: {exc}") from None
+        for flag, ref in (("--model", self.model), ("--draft-model", self.draft_model),
+                          ("--eagle3-model", self.eagle3_model)):
+            check_model_folder(flag, ref)
         if self.history_from is not None and not Path(self.history_from).is_file():
             raise UsageError(f"history records {self.history_from} do not exist; decode AR first (it writes them)")
 

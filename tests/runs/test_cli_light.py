@@ -44,7 +44,10 @@ def test_help_imports_neither_torch_nor_transformers():
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["--temperature", "-1"], "--temperature must be"),
+    (["--temperature", "-1"], "--temperature must be a finite number >= 0 (0: greedy), got -1.0"),
+    (["--temperature", "nan"], "--temperature must be a finite number >= 0 (0: greedy), got nan"),
+    (["--temperature", "inf"], "--temperature must be a finite number >= 0 (0: greedy), got inf"),
+    (["--max-samples", "0"], "--max-samples must be >= 1, got 0 (omit it to decode every prompt)"),
     (["--methods", "ar,beam"], "in --methods; choose from"),
     (["--max-new-tokens", "0"], "--max-new-tokens must be >= 1, got 0"),
     (["--budget", "0"], "--budget must be >= 1 node, got 0"),
@@ -59,6 +62,18 @@ def test_a_bad_flag_is_refused_before_torch_loads(argv, needle):
     errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert code == 2 and len(errors) == 1 and needle in errors[0], err
     assert "Traceback" not in err
+    assert heavy == []
+
+
+@pytest.mark.parametrize("flag", ["--model", "--draft-model", "--eagle3-model"])
+def test_an_empty_model_folder_is_named_with_its_missing_config(tmp_path, flag):
+    empty = tmp_path / "empty-model"
+    empty.mkdir()
+    argv = [*BASE, flag, str(empty)] if flag != "--model" else [flag, str(empty), *BASE[2:]]
+    code, heavy, out, err = _cli(*argv)
+    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "Traceback" not in err, err
+    assert f"{flag} {empty}: the folder has no config.json" in errors[0] and "--draft-model is required" not in err
     assert heavy == []
 
 
