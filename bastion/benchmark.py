@@ -4,7 +4,9 @@ Flags follow the original release (``--model``, ``--draft-model``, ``--dataset``
 ``--max-samples``, ``--max-new-tokens``, ``--temperature``, ``--block-size``,
 ``--enable-thinking``) plus device, dtype, method, output and cache controls.  The flags
 fill a :class:`~bastion.runs.run.DecodeRun`, the same object the pipeline's decode jobs
-execute.
+execute.  Parsing, ``--help`` and the checks of flag values import neither torch nor
+Transformers: a bad flag is refused in a fraction of a second, and the run's phases
+import what they need when they start.
 """
 
 from __future__ import annotations
@@ -14,8 +16,6 @@ import os
 import signal
 import sys
 from typing import Any, Sequence
-
-import torch
 
 from bastion.data import registry as datasets
 from bastion.defaults import EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS, METHODS, N_MAX, N_MIN, N_MIN_CPU, TOPK
@@ -99,7 +99,9 @@ def run_from_args(args: argparse.Namespace) -> DecodeRun:
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
-    return run_from_args(args).execute()
+    decode = run_from_args(args)
+    decode.validate()  # every flag value, before torch loads
+    return decode.execute()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -117,7 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     finally:
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch = sys.modules.get("torch")  # only a run that got past its checks imported it
+        if torch is not None and torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
     return 0
 

@@ -5,6 +5,10 @@ the module paths of :class:`~dflash.model.DFlashDraftModel` (``layers.N.self_att
 ``fc``, ``hidden_norm``, ``norm``...), with no ``model.`` prefix.  Loading is strict: a
 missing or unexpected tensor means the checkpoint is not a DFlash drafter of this shape,
 and silently initialising random weights would make every later number meaningless.
+
+This module knows files and tensor names, not the model: the model's
+``from_pretrained``/``save_pretrained`` build it and call these, so imports run one way
+(model -> checkpoint).
 """
 
 from __future__ import annotations
@@ -18,7 +22,6 @@ from safetensors.torch import load_file, save_file
 
 from . import hub
 from .config import DFlashConfig
-from .model import DFlashDraftModel
 
 WEIGHTS_NAME = "model.safetensors"
 INDEX_NAME = "model.safetensors.index.json"
@@ -66,7 +69,8 @@ def resolve_checkpoint_dir(
     return Path(folder)
 
 
-def _read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
+def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of the folder's safetensors files (through the index when there is one)."""
     index = folder / INDEX_NAME
     if index.exists():
         with open(index, encoding="utf-8") as fh:
@@ -81,44 +85,43 @@ def _read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def load_drafter(
-    name_or_path: str,
-    dtype: torch.dtype = torch.float32,
-    device: str | torch.device = "cpu",
-    cache_dir: str | None = None,
-) -> DFlashDraftModel:
+def read_config(name_or_path: str, cache_dir: str | None = None) -> tuple[Path, DFlashConfig]:
+    """The checkpoint's folder (fetched if a repo id) and its ``config.json``."""
     folder = resolve_checkpoint_dir(name_or_path, cache_dir)
     config_path = folder / "config.json"
     if not config_path.exists():
         raise CheckpointError(f"{folder} has no config.json")
-    config = DFlashConfig.from_json_file(config_path)
-    with torch.device("meta"):
-        model = DFlashDraftModel(config)
-    state = _read_state_dict(folder)
+    return folder, DFlashConfig.from_json_file(config_path)
+
+
+def matching_state(folder: Path, expected: dict[str, tuple[int, ...]], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """The folder's tensors, strictly matched to ``expected`` (name -> shape), cast to ``dtype``.
+
+    A missing, unexpected or misshapen tensor is refused, naming them: the file is not a
+    drafter of the config's shape.
+    """
+    state = read_state_dict(folder)
     # Older exports sometimes carry a "model." prefix; accept it, nothing else.
     state = {k.removeprefix("model."): v for k, v in state.items()}
-    expected = {k for k in model.state_dict()}
-    missing = sorted(expected - state.keys())
-    unexpected = sorted(state.keys() - expected)
+    missing = sorted(expected.keys() - state.keys())
+    unexpected = sorted(state.keys() - expected.keys())
     if missing or unexpected:
         raise CheckpointError(
             f"drafter weights in {folder} do not match its config.json: "
             f"missing {missing[:8]}{'...' if len(missing) > 8 else ''}, "
             f"unexpected {unexpected[:8]}{'...' if len(unexpected) > 8 else ''}"
         )
-    shapes = {k: tuple(t.shape) for k, t in model.state_dict().items()}
-    wrong = [f"{k}: file {tuple(state[k].shape)}, config {shapes[k]}" for k in sorted(shapes) if tuple(state[k].shape) != shapes[k]]
+    wrong = [f"{k}: file {tuple(state[k].shape)}, config {expected[k]}" for k in sorted(expected)
+             if tuple(state[k].shape) != expected[k]]
     if wrong:
         raise CheckpointError(f"drafter weights in {folder} do not match its config.json: " + "; ".join(wrong[:6]))
-    model.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=True, assign=True)
-    # Buffers (RoPE frequencies) are not in the checkpoint: rebuild them on the real device.
-    model.rotary_emb = type(model.rotary_emb)(config.layers)
-    return model.to(device=device).eval()
+    return {k: v.to(dtype) for k, v in state.items()}
 
 
-def save_drafter(model: DFlashDraftModel, folder: str | os.PathLike) -> None:
+def write_checkpoint(config: DFlashConfig, state: dict[str, torch.Tensor], folder: str | os.PathLike) -> None:
+    """``config.json`` and ``model.safetensors`` (buffers such as RoPE frequencies are left out)."""
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
-    model.config.to_json_file(out / "config.json")
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items() if "rotary_emb" not in k}
-    save_file(state, str(out / WEIGHTS_NAME), metadata={"format": "pt"})
+    config.to_json_file(out / "config.json")
+    tensors = {k: v.detach().contiguous().cpu() for k, v in state.items() if "rotary_emb" not in k}
+    save_file(tensors, str(out / WEIGHTS_NAME), metadata={"format": "pt"})

@@ -153,9 +153,7 @@ def continue_ragged(
     return docs
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from transformers import AutoModelForCausalLM
-
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m dflash.distill_data", description=__doc__.splitlines()[0])
     ap.add_argument("--target", required=True, help="target folder or HF repo id")
     ap.add_argument("--data", help=".npy of corpus token ids (prompt source for random windows)")
@@ -174,38 +172,55 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32"])
     ap.add_argument("--max-seconds", type=float, default=0,
                     help="start no new batch after this many seconds of generation and save what is done (0: no limit)")
+    return ap
+
+
+def _from_prompt_file(args: argparse.Namespace, model, eos: int | None,
+                      deadline: float | None) -> tuple[list[np.ndarray], int, int]:
+    """Continue every prompt of ``--prompt-file`` greedily, and a sampled share of them by T=1 sampling.
+
+    Returns (documents, prompt tokens in them, prompts planned).
+    """
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(args.target)
+    base = load_prompt_file(args.prompt_file, tok, args.max_prompt_tokens)
+    rng = np.random.default_rng(args.seed)
+    pick = rng.permutation(len(base))[: int(round(args.sample_frac * len(base)))]
+    plist = base + [base[i] for i in pick for _ in range(args.sampled_copies)]
+    flags = [False] * len(base) + [True] * (len(plist) - len(base))
+    pad = model.config.pad_token_id if model.config.pad_token_id is not None else (eos if eos is not None else 0)
+    got = continue_ragged(model, plist, flags, args.new_tokens, args.batch_size, pad, eos, args.seed, deadline)
+    docs = [d for d in got if d is not None]
+    return docs, sum(len(p) for p, d in zip(plist, got) if d is not None), len(plist)
+
+
+def _from_windows(args: argparse.Namespace, model, eos: int | None,
+                  deadline: float | None) -> tuple[list[np.ndarray], int, int]:
+    """Continue random windows of the ``--data`` corpus; returns (documents, prompt tokens, prompts planned)."""
+    tokens = np.load(args.data)
+    prompts = sample_prompts(tokens, args.prompts, args.prompt_len, eos, np.random.default_rng(args.seed))
+    docs = continue_prompts(model, prompts, args.new_tokens, args.batch_size, args.sample_frac, eos, args.seed,
+                            deadline)
+    return docs, prompts.shape[1] * len(docs), len(prompts)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from transformers import AutoModelForCausalLM
+
+    ap = build_parser()
     args = ap.parse_args(argv)
     if not 0.0 <= args.sample_frac <= 1.0:
         ap.error(f"--sample-frac must be in [0, 1], got {args.sample_frac}")
+    if not args.prompt_file and not args.data:
+        ap.error("give --data (random windows) or --prompt-file")
     dtype = (torch.bfloat16 if args.device.startswith("cuda") else torch.float32) if args.dtype == "auto" else getattr(torch, args.dtype)
     model = AutoModelForCausalLM.from_pretrained(args.target, dtype=dtype).to(args.device).eval()
     eos = model.config.eos_token_id
     eos = eos[0] if isinstance(eos, (list, tuple)) else eos
     t0 = time.perf_counter()
     deadline = time.monotonic() + args.max_seconds if args.max_seconds > 0 else None
-    if args.prompt_file:
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(args.target)
-        base = load_prompt_file(args.prompt_file, tok, args.max_prompt_tokens)
-        rng = np.random.default_rng(args.seed)
-        pick = rng.permutation(len(base))[: int(round(args.sample_frac * len(base)))]
-        plist = base + [base[i] for i in pick for _ in range(args.sampled_copies)]
-        flags = [False] * len(base) + [True] * (len(plist) - len(base))
-        pad = model.config.pad_token_id if model.config.pad_token_id is not None else (eos if eos is not None else 0)
-        got = continue_ragged(model, plist, flags, args.new_tokens, args.batch_size, pad, eos, args.seed, deadline)
-        docs = [d for d in got if d is not None]
-        n_prompt = sum(len(p) for p, d in zip(plist, got) if d is not None)
-        planned = len(plist)
-    else:
-        if not args.data:
-            ap.error("give --data (random windows) or --prompt-file")
-        tokens = np.load(args.data)
-        prompts = sample_prompts(tokens, args.prompts, args.prompt_len, eos, np.random.default_rng(args.seed))
-        docs = continue_prompts(model, prompts, args.new_tokens, args.batch_size, args.sample_frac, eos, args.seed,
-                                deadline)
-        n_prompt = prompts.shape[1] * len(docs)
-        planned = len(prompts)
+    docs, n_prompt, planned = (_from_prompt_file if args.prompt_file else _from_windows)(args, model, eos, deadline)
     if not docs:
         print(f"error: --max-seconds {args.max_seconds} ended generation before the first batch", file=sys.stderr)
         return 1

@@ -21,6 +21,7 @@ from transformers.models.qwen3.modeling_qwen3 import (
     rotate_half,
 )
 
+from . import checkpoint
 from .config import DFlashConfig
 
 
@@ -165,16 +166,19 @@ class DFlashDraftModel(nn.Module):
         device: str | torch.device = "cpu",
         cache_dir: str | None = None,
     ) -> "DFlashDraftModel":
-        """Load a drafter from a local folder or a Hugging Face repo id (no remote code)."""
-        from .checkpoint import load_drafter
-
-        return load_drafter(name_or_path, dtype=dtype, device=device, cache_dir=cache_dir)
+        """Load a drafter from a local folder or a Hugging Face repo id (no remote code), strictly."""
+        folder, config = checkpoint.read_config(name_or_path, cache_dir)
+        with torch.device("meta"):
+            model = cls(config)
+        expected = {k: tuple(t.shape) for k, t in model.state_dict().items()}
+        model.load_state_dict(checkpoint.matching_state(folder, expected, dtype), strict=True, assign=True)
+        # Buffers (RoPE frequencies) are not in the checkpoint: rebuild them on the real device.
+        model.rotary_emb = type(model.rotary_emb)(config.layers)
+        return model.to(device=device).eval()
 
     def save_pretrained(self, folder: str) -> None:
         """Write ``config.json`` and ``model.safetensors`` in the public checkpoints' layout."""
-        from .checkpoint import save_drafter
-
-        save_drafter(self, folder)
+        checkpoint.write_checkpoint(self.config, self.state_dict(), folder)
 
     # -- properties the decoders need --------------------------------------------------
     @property

@@ -28,29 +28,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import signal
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 from . import train_data as td
 from . import train_setup as ts
-from .config import DFlashConfig
 from .model import DFlashDraftModel
-
-
-@dataclass
-class StepOut:
-    loss: torch.Tensor  # scalar, weighted mean cross-entropy
-    correct: torch.Tensor  # [N, b-1] bool: draft argmax == target argmax
-
+from .train_step import Meter, StepOut, Trainer, evaluate, lr_lambda, window_starts
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m dflash.train", description=__doc__.split("\n\n")[0])
@@ -100,157 +90,43 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-# ----------------------------------------------------------------------------- the step
+@dataclass
+class Job:
+    """A training job's parts: made by :func:`_prepare`, resumed by :func:`_resume`, run by :func:`_train`."""
+
+    args: argparse.Namespace
+    out: Path
+    device: torch.device
+    drafter: DFlashDraftModel
+    trainer: Trainer
+    tokens: Any  # training token ids
+    val_tokens: Any  # validation token ids, or None
+    opt: torch.optim.Optimizer
+    sched: torch.optim.lr_scheduler.LambdaLR
+    lr_fn: Callable[[int], float]
+    data_gen: torch.Generator
+    log_path: Path
+    start: int = 0  # the step a resumed job starts after
+
+    def save(self, step: int) -> None:
+        ts.save_checkpoint(self.out, {"drafter": self.drafter.state_dict(), "optimizer": self.opt.state_dict(),
+                                      "scheduler": self.sched.state_dict(), "step": step,
+                                      "rng": ts.rng_state(self.data_gen, self.device), "args": vars(self.args)},
+                           self.drafter.config)
+
+    def log(self, record: dict[str, Any]) -> None:
+        with open(self.log_path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record) + "\n")
 
 
-class Trainer:
-    """Holds the frozen target pieces and the drafter; computes the loss of one batch."""
+@dataclass
+class Progress:
+    """Where the loop ended: the last logged metrics, and why it ended."""
 
-    def __init__(self, target: nn.Module, drafter: DFlashDraftModel, args: argparse.Namespace,
-                 device: torch.device, amp_dtype: torch.dtype | None) -> None:
-        self.target = target
-        self.drafter = drafter
-        self.forward_drafter = drafter  # replaced by a compiled wrapper with --compile
-        self.embed = target.get_input_embeddings()
-        self.lm_head = target.get_output_embeddings()
-        self.cfg = drafter.config
-        self.b = self.cfg.block_size
-        self.args = args
-        self.device = device
-        self.amp_dtype = amp_dtype
-        self.weights = td.position_weights(self.b, args.gamma, device)  # [b-1]
-
-    def autocast(self):
-        return torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
-                              enabled=self.amp_dtype is not None)
-
-    @torch.no_grad()
-    def target_pass(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """ids [B, T] -> (features [B, T, nF*H], logits [B, T, V])."""
-        out = self.target(input_ids=ids, output_hidden_states=True, use_cache=False)
-        hs = out.hidden_states  # L+1 entries; [i+1] is layer i's output, [-1] already normed
-        feats = torch.cat([hs[i + 1] for i in self.cfg.target_layer_ids], dim=-1)
-        return feats, out.logits
-
-    def step(self, ids: torch.Tensor, anchors: torch.Tensor) -> StepOut:
-        """Loss of one batch: ids [B, T], anchors [B, A] (sorted, 1 <= a <= T-b)."""
-        b = self.b
-        bsz, n_anchor = anchors.shape
-        with self.autocast():
-            feats, logits = self.target_pass(ids)
-        with torch.no_grad():
-            hard = td.gather_argmax_labels(logits, anchors, b)  # [B, A, b-1]
-            soft = td.gather_soft_labels(logits, anchors, b) if self.args.labels == "soft" else None
-            del logits
-            # No block looks at positions >= its anchor; a compiled drafter gets a fixed
-            # length instead, so shapes stay static and it compiles once.
-            ctx_len = ids.shape[1] - b if self.args.compile else int(anchors.max())
-            feats = feats[:, :ctx_len].to(next(self.drafter.parameters()).dtype)  # [B, C, nF*H]
-            blk_ids = td.block_token_ids(ids, anchors, b, self.cfg.mask_token_id)  # [B, Q=A*b]
-            blk_emb = self.embed(blk_ids).to(feats.dtype)  # [B, Q, H]
-            blk_pos = td.block_positions(anchors, b)  # [B, Q]
-            ctx_pos = torch.arange(ctx_len, device=ids.device).expand(bsz, ctx_len)  # [B, C]
-            mask = td.build_block_mask(anchors, ctx_len, b)  # [B, 1, Q, C+Q]
-        with self.autocast():
-            h = self.forward_drafter(blk_emb, blk_pos, feats, ctx_pos, mask)  # [B, Q, H]
-            h = h.view(bsz, n_anchor, b, -1)[:, :, 1:]  # [B, A, b-1, H]: position 0 is the known token
-            dl = self.lm_head(h.to(self.lm_head.weight.dtype)).float()  # [B, A, b-1, V]
-        if soft is None:
-            ce = F.cross_entropy(dl.flatten(0, 2), hard.flatten(), reduction="none").view_as(hard)
-        else:
-            ce = -(soft * dl.log_softmax(dim=-1)).sum(dim=-1)  # [B, A, b-1]
-        w = self.weights
-        loss = (ce * w).sum() / (w.sum() * bsz * n_anchor)
-        correct = (dl.detach().argmax(dim=-1) == hard).flatten(0, 1)  # [B*A, b-1]
-        return StepOut(loss=loss, correct=correct)
-
-
-class Meter:
-    """Running means of loss, per-position accuracy and tau over a log interval."""
-
-    def __init__(self) -> None:
-        self.n = 0
-        self.loss = 0.0
-        self.hits: torch.Tensor | None = None  # [b-1] summed hits
-        self.rows = 0
-        self.tau = 0.0
-
-    def add(self, out: StepOut) -> None:
-        c = out.correct
-        self.n += 1
-        self.loss += float(out.loss.detach())
-        hits = c.float().sum(dim=0).cpu()
-        self.hits = hits if self.hits is None else self.hits + hits
-        self.rows += c.shape[0]
-        self.tau += float(td.expected_acceptance(c)) * c.shape[0]
-
-    def summary(self) -> dict[str, Any]:
-        acc = (self.hits / max(self.rows, 1)).tolist() if self.hits is not None else []
-        return {"loss": self.loss / max(self.n, 1), "acc": [round(a, 4) for a in acc],
-                "tau": self.tau / max(self.rows, 1)}
-
-
-def lr_lambda(warmup: int, total: int, floor: float):
-    """Linear warm-up then cosine decay to ``floor`` * lr (returns the multiplier)."""
-    def f(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        prog = min(1.0, (step - warmup) / max(1, total - warmup))
-        return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * prog))
-    return f
-
-
-@torch.no_grad()
-def evaluate(trainer: Trainer, tokens, args: argparse.Namespace) -> dict[str, Any]:
-    """Validation loss / accuracy / tau on fixed windows (same draws every call)."""
-    gen = torch.Generator().manual_seed(args.seed + 1_000_003)
-    meter = Meter()
-    trainer.drafter.eval()
-    starts = _starts(tokens, trainer, args)
-    for _ in range(args.val_batches):
-        ids = td.sample_windows(tokens, args.batch_size, args.seq_len, gen, starts).to(trainer.device)
-        anchors = td.sample_anchors(args.batch_size, args.seq_len, trainer.b, args.anchors_per_seq, gen)
-        meter.add(trainer.step(ids, anchors.to(trainer.device)))
-    trainer.drafter.train()
-    return meter.summary()
-
-
-# ----------------------------------------------------------------------------- main
-
-
-def _starts(tokens, trainer: Trainer, args: argparse.Namespace):
-    """Document starts for ``--doc-windows`` (None: any offset)."""
-    if not getattr(args, "doc_windows", False):
-        return None
-    eos = trainer.target.config.eos_token_id
-    eos = eos[0] if isinstance(eos, (list, tuple)) else eos
-    if eos is None:
-        raise td.DataError("--doc-windows needs the target's eos_token_id")
-    return td.document_starts(tokens, int(eos), args.seq_len)
-
-
-def _setup_drafter(args, target, tokenizer) -> DFlashDraftModel:
-    mask_id = args.mask_token_id
-    if mask_id is None and tokenizer is not None:
-        mask_id = getattr(tokenizer, "mask_token_id", None)
-    if args.init_from:
-        drafter = DFlashDraftModel.from_pretrained(args.init_from)
-        if args.mask_token_id is not None or drafter.config.mask_token_id is None:
-            drafter.config.mask_token_id = mask_id
-    else:
-        if args.drafter_config:
-            config = DFlashConfig.from_json_file(args.drafter_config)
-            if args.mask_token_id is not None or config.mask_token_id is None:
-                config.mask_token_id = mask_id
-        else:
-            config = ts.derive_config(target.config, args.draft_layers, args.block_size,
-                                      ts.parse_layer_ids(args.target_layer_ids), mask_id)
-        ts.check_pair(config, target)
-        torch.manual_seed(args.seed)
-        drafter = DFlashDraftModel(config)
-        ts.init_drafter_weights(drafter)
-    ts.check_pair(drafter.config, target)
-    return drafter.float()
+    last: dict[str, Any] | None = None
+    stopped_at: int | None = None  # SIGTERM or --stop-after: checkpointed, not finished
+    finished_early: int | None = None  # --max-seconds: finished at this step
+    elapsed: float = 0.0
 
 
 def _print_summary(rows: list[tuple[str, str]]) -> None:
@@ -262,133 +138,135 @@ def _print_summary(rows: list[tuple[str, str]]) -> None:
     print(bar, flush=True)
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Run (or resume) a training job; returns the final metrics."""
-    args = build_parser().parse_args(argv)
+def _prepare(args: argparse.Namespace) -> Job:
+    """Target, drafter, data and optimiser; bad sizes and ids fail before the first step."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ts.TrainSetupError("--device cuda but no CUDA device is available")
     amp = ts.resolve_dtype(args.precision, device)
-    amp_dtype = None if amp == torch.float32 else amp
-
     tokenizer = ts.load_tokenizer(args.tokenizer or args.target)
     target = ts.load_target(args.target, ts.resolve_dtype(args.target_dtype, device), device)
-    drafter = _setup_drafter(args, target, tokenizer).to(device).train()
-    b = drafter.config.block_size
+    drafter = ts.setup_drafter(args, target, tokenizer).to(device).train()
     tokens = td.load_token_ids(args.data, tokenizer, cache_dir=out / "data_cache")
     val_tokens = td.load_token_ids(args.val_data, tokenizer, cache_dir=out / "data_cache") if args.val_data else None
     vocab = int(target.get_input_embeddings().weight.shape[0])
     if len(tokens) and int(tokens.max()) >= vocab:
         raise td.DataError(f"--data holds token id {int(tokens.max())}, outside the target vocabulary (0..{vocab - 1})")
-    td.sample_anchors(1, args.seq_len, b, args.anchors_per_seq, torch.Generator())  # fail early on bad sizes
-
+    td.sample_anchors(1, args.seq_len, drafter.config.block_size, args.anchors_per_seq, torch.Generator())  # bad sizes
     decay = [p for p in drafter.parameters() if p.dim() >= 2]
     no_decay = [p for p in drafter.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.95))
     warmup = args.warmup_steps if args.warmup_steps is not None else max(1, args.steps // 20)
     lr_fn = lr_lambda(warmup, args.steps, args.min_lr_ratio)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_fn)
-    data_gen = torch.Generator().manual_seed(args.seed)
-    trainer = Trainer(target, drafter, args, device, amp_dtype)
+    trainer = Trainer(target, drafter, args, device, None if amp == torch.float32 else amp)
     if args.compile:
         trainer.forward_drafter = torch.compile(drafter)
+    return Job(args, out, device, drafter, trainer, tokens, val_tokens, opt,
+               torch.optim.lr_scheduler.LambdaLR(opt, lr_fn), lr_fn, torch.Generator().manual_seed(args.seed),
+               out / "train_log.jsonl")
 
-    log_path = out / "train_log.jsonl"
-    arg_dict = vars(args)
-    start = 0
-    ckpt = ts.checkpoint_dir(out)
+
+def _resume(job: Job) -> None:
+    """Continue from ``<out>/checkpoint`` when there is one (same arguments only); else start the log afresh."""
+    ckpt = ts.checkpoint_dir(job.out)
     if ckpt is not None:
         state = ts.load_checkpoint(ckpt)
-        ts.check_resume_args(state["args"], arg_dict)
-        drafter.load_state_dict(state["drafter"])
-        opt.load_state_dict(state["optimizer"])
-        sched.load_state_dict(state["scheduler"])
-        ts.set_rng_state(state["rng"], data_gen, device)
-        start = int(state["step"])
-        ts.truncate_log(log_path, start)
-        print(f"resuming from {ckpt} at step {start}", flush=True)
-    elif log_path.exists():
-        log_path.unlink()
-    with open(log_path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps({"step": start, "event": "resume" if start else "start"}) + "\n")
+        ts.check_resume_args(state["args"], vars(job.args))
+        job.drafter.load_state_dict(state["drafter"])
+        job.opt.load_state_dict(state["optimizer"])
+        job.sched.load_state_dict(state["scheduler"])
+        ts.set_rng_state(state["rng"], job.data_gen, job.device)
+        job.start = int(state["step"])
+        ts.truncate_log(job.log_path, job.start)
+        print(f"resuming from {ckpt} at step {job.start}", flush=True)
+    elif job.log_path.exists():
+        job.log_path.unlink()
+    job.log({"step": job.start, "event": "resume" if job.start else "start"})
 
-    def save(step: int) -> None:
-        ts.save_checkpoint(out, {"drafter": drafter.state_dict(), "optimizer": opt.state_dict(),
-                                 "scheduler": sched.state_dict(), "step": step,
-                                 "rng": ts.rng_state(data_gen, device), "args": arg_dict}, drafter.config)
 
+def _optimise(job: Job, res: StepOut, step: int, t_start: float) -> tuple[float, float]:
+    """One optimiser step on the batch's loss; returns (gradient norm, learning rate used)."""
+    args, opt = job.args, job.opt
+    opt.zero_grad(set_to_none=True)
+    res.loss.backward()
+    gnorm = torch.nn.utils.clip_grad_norm_(job.drafter.parameters(), args.grad_clip)
+    if args.time_schedule and args.max_seconds:
+        # the further of the step and the clock sets the schedule's progress
+        by_time = (time.perf_counter() - t_start) / args.max_seconds * args.steps
+        mult = job.lr_fn(max(step - 1, int(by_time)))
+        for g in opt.param_groups:
+            g["lr"] = args.lr * mult
+    used_lr = opt.param_groups[0]["lr"]
+    opt.step()
+    job.sched.step()
+    return float(gnorm), used_lr
+
+
+def _train(job: Job) -> Progress:
+    """The step loop: logs every ``--log-every`` steps, checkpoints, stops on SIGTERM or the clock."""
+    from tqdm.auto import tqdm
+
+    args, b = job.args, job.drafter.config.block_size
     stop = {"flag": False}
     old_handler = None
     try:
         old_handler = signal.signal(signal.SIGTERM, lambda *_: stop.update(flag=True))
     except ValueError:  # not the main thread: no graceful SIGTERM, checkpoints still happen
         pass
-
-    from tqdm.auto import tqdm
-
-    bar = tqdm(total=args.steps, initial=start, disable=args.no_progress, desc="drafter", dynamic_ncols=True)
-    meter, last = Meter(), None
-    tokens_per_step = args.batch_size * args.seq_len
-    t0, t_start, step = time.perf_counter(), time.perf_counter(), start
-    starts = _starts(tokens, trainer, args)
-    finished_early = None
+    bar = tqdm(total=args.steps, initial=job.start, disable=args.no_progress, desc="drafter", dynamic_ncols=True)
+    meter, progress = Meter(), Progress()
+    t0 = t_start = time.perf_counter()
+    starts = window_starts(job.tokens, job.trainer, args)
     try:
-        for step in range(start + 1, args.steps + 1):
+        for step in range(job.start + 1, args.steps + 1):
             if args.max_seconds and time.perf_counter() - t_start > args.max_seconds:
-                finished_early = step - 1
+                progress.finished_early = step - 1
                 print(f"--max-seconds {args.max_seconds:g} reached: finishing at step {step - 1}", flush=True)
                 break
-            ids = td.sample_windows(tokens, args.batch_size, args.seq_len, data_gen, starts).to(device, non_blocking=True)
-            anchors = td.sample_anchors(args.batch_size, args.seq_len, b, args.anchors_per_seq, data_gen).to(device)
-            res = trainer.step(ids, anchors)
-            opt.zero_grad(set_to_none=True)
-            res.loss.backward()
-            gnorm = torch.nn.utils.clip_grad_norm_(drafter.parameters(), args.grad_clip)
-            if args.time_schedule and args.max_seconds:
-                # the further of the step and the clock sets the schedule's progress
-                by_time = (time.perf_counter() - t_start) / args.max_seconds * args.steps
-                mult = lr_fn(max(step - 1, int(by_time)))
-                for g in opt.param_groups:
-                    g["lr"] = args.lr * mult
-            used_lr = opt.param_groups[0]["lr"]
-            opt.step()
-            sched.step()
+            ids = td.sample_windows(job.tokens, args.batch_size, args.seq_len, job.data_gen, starts).to(
+                job.device, non_blocking=True)
+            anchors = td.sample_anchors(args.batch_size, args.seq_len, b, args.anchors_per_seq, job.data_gen)
+            res = job.trainer.step(ids, anchors.to(job.device))
+            gnorm, used_lr = _optimise(job, res, step, t_start)
             meter.add(res)
             bar.update(1)
             if step % args.log_every == 0 or step == args.steps:
-                dt = time.perf_counter() - t0
-                rec = {"step": step, **meter.summary(), "lr": used_lr,
-                       "grad_norm": float(gnorm), "tokens_per_s": meter.n * tokens_per_step / max(dt, 1e-9)}
-                if val_tokens is not None and args.val_every and step % args.val_every == 0:
-                    rec["val"] = evaluate(trainer, val_tokens, args)
-                with open(log_path, "a", encoding="utf-8") as fh:
-                    fh.write(json.dumps(rec) + "\n")
+                rec = {"step": step, **meter.summary(), "lr": used_lr, "grad_norm": gnorm,
+                       "tokens_per_s": meter.n * args.batch_size * args.seq_len / max(time.perf_counter() - t0, 1e-9)}
+                if job.val_tokens is not None and args.val_every and step % args.val_every == 0:
+                    rec["val"] = evaluate(job.trainer, job.val_tokens, args)
+                job.log(rec)
                 bar.set_postfix(loss=f"{rec['loss']:.3f}", acc1=f"{rec['acc'][0]:.3f}", tau=f"{rec['tau']:.2f}")
-                last, meter, t0 = rec, Meter(), time.perf_counter()
+                progress.last, meter, t0 = rec, Meter(), time.perf_counter()
             if step % args.save_every == 0 or stop["flag"]:
-                save(step)
+                job.save(step)
             if stop["flag"] or (args.stop_after is not None and step >= args.stop_after):
-                bar.close()
-                print(f"stopped at step {step} (checkpoint: {out / ts.CHECKPOINT_DIR})", flush=True)
-                return {"stopped_at": step, "last": last}
+                progress.stopped_at = step
+                break
     finally:
         bar.close()
         if old_handler is not None:
             signal.signal(signal.SIGTERM, old_handler)
+    progress.elapsed = time.perf_counter() - t_start
+    return progress
 
-    elapsed = time.perf_counter() - t_start
-    drafter.save_pretrained(str(out / "drafter"))
-    result: dict[str, Any] = {"steps": finished_early or args.steps, "resumed_from": start, "train": last,
-                              "elapsed_s": elapsed, "drafter": str(out / "drafter")}
-    if val_tokens is not None:
-        result["val"] = evaluate(trainer, val_tokens, args)
-    with open(log_path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps({"step": args.steps, "event": "final", **{k: v for k, v in result.items()}}) + "\n")
-    rows = [("steps", f"{start} -> {finished_early or args.steps} ({elapsed:.1f} s this run)"),
-            ("drafter", f"{drafter.config.num_hidden_layers} layers, block {b}, taps {drafter.config.target_layer_ids}")]
+
+def _finish(job: Job, progress: Progress) -> dict[str, Any]:
+    """Save the drafter, validate, log the final record and print the summary."""
+    args, out, last = job.args, job.out, progress.last
+    job.drafter.save_pretrained(str(out / "drafter"))
+    steps = progress.finished_early or args.steps
+    result: dict[str, Any] = {"steps": steps, "resumed_from": job.start, "train": last,
+                              "elapsed_s": progress.elapsed, "drafter": str(out / "drafter")}
+    if job.val_tokens is not None:
+        result["val"] = evaluate(job.trainer, job.val_tokens, args)
+    job.log({"step": args.steps, "event": "final", **result})
+    cfg = job.drafter.config
+    rows = [("steps", f"{job.start} -> {steps} ({progress.elapsed:.1f} s this run)"),
+            ("drafter", f"{cfg.num_hidden_layers} layers, block {cfg.block_size}, taps {cfg.target_layer_ids}")]
     if last:
         rows += [("train loss", f"{last['loss']:.4f}"), ("train tau", f"{last['tau']:.3f}"),
                  ("train acc@k", " ".join(f"{a:.3f}" for a in last["acc"])),
@@ -400,6 +278,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows.append(("saved", str(out / "drafter")))
     _print_summary(rows)
     return result
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run (or resume) a training job; returns the final metrics."""
+    job = _prepare(build_parser().parse_args(argv))
+    _resume(job)
+    progress = _train(job)
+    if progress.stopped_at is not None:
+        print(f"stopped at step {progress.stopped_at} (checkpoint: {job.out / ts.CHECKPOINT_DIR})", flush=True)
+        return {"stopped_at": progress.stopped_at, "last": progress.last}
+    return _finish(job, progress)
 
 
 def cli(argv: list[str] | None = None) -> int:

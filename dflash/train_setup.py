@@ -1,6 +1,6 @@
 """Setting up drafter training: the target, the drafter config, checkpoints that resume.
 
-Split from :mod:`dflash.train` so the training loop stays readable.  The checks here
+The parts of :mod:`dflash.train` that run before the first step, so the loop stays readable.  The checks here
 fail early with messages that name the offending value *and* the limit it broke, since a
 mismatched drafter/target pair otherwise only shows up as a shape error deep in a forward
 (or, worse, as a drafter that trains fine against the wrong layers).
@@ -168,6 +168,31 @@ def init_drafter_weights(model: DFlashDraftModel) -> None:
 
 
 # ----------------------------------------------------------------------------- checkpoints
+
+
+def setup_drafter(args, target: nn.Module, tokenizer) -> DFlashDraftModel:
+    """The drafter to train: ``--init-from`` a folder, a ``--drafter-config``, or derived from the target."""
+    mask_id = args.mask_token_id
+    if mask_id is None and tokenizer is not None:
+        mask_id = getattr(tokenizer, "mask_token_id", None)
+    if args.init_from:
+        drafter = DFlashDraftModel.from_pretrained(args.init_from)
+        if args.mask_token_id is not None or drafter.config.mask_token_id is None:
+            drafter.config.mask_token_id = mask_id
+    else:
+        if args.drafter_config:
+            config = DFlashConfig.from_json_file(args.drafter_config)
+            if args.mask_token_id is not None or config.mask_token_id is None:
+                config.mask_token_id = mask_id
+        else:
+            config = derive_config(target.config, args.draft_layers, args.block_size,
+                                   parse_layer_ids(args.target_layer_ids), mask_id)
+        check_pair(config, target)
+        torch.manual_seed(args.seed)
+        drafter = DFlashDraftModel(config)
+        init_drafter_weights(drafter)
+    check_pair(drafter.config, target)
+    return drafter.float()
 
 
 def checkpoint_dir(out: Path) -> Path | None:

@@ -1,7 +1,10 @@
-"""One calibration, assembled the same way by the CLI and the pipeline's stages.
+"""One calibration: the peaks, the latency grid and its fit, the step overheads.
 
-Everything is measured on the device that will decode, through the engine that decodes
-(its own verification probe and decoder), so the cost model describes what runs.
+The three parts are written once here.  The CLI runs them back to back on the engine that
+will decode (:func:`calibrate`); the pipeline's stages (:mod:`bastion.calibration.stages`)
+run the same parts as separate jobs, with files between them.  Everything is measured on
+the device that will decode, through the engine that decodes (its own verification probe
+and decoder), so the cost model describes what runs.
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import asdict, replace
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
@@ -22,13 +25,17 @@ from bastion.calibration.overheads import (
 )
 from bastion.calibration.peaks import measure_peaks
 from bastion.calibration.store import Calibration
-from bastion.costmodel.roofline import ModelShape
+from bastion.costmodel.model import CostModel, StepOverheads
+from bastion.costmodel.roofline import HardwarePeaks, ModelShape
 from bastion.speculative.tree import TreePolicy
 
 if TYPE_CHECKING:
+    from bastion.engines.base import VerifyProbe
     from bastion.engines.factory import Engine
 
 PROBE_TOKENS = 128  # length of the overhead probe prompt
+
+Log = Callable[[str], None]
 
 
 def probe_prompt(vocab_size: int, seed: int = 0) -> list[int]:
@@ -41,12 +48,55 @@ def overhead_budgets(policy: TreePolicy) -> tuple[int, ...]:
     """The probe's tree sizes: two buckets (a typical small step), then 8 and 32 buckets, capped at ``n_max``.
 
     Three sizes because the excess need not be a line: on an H200, measured at 16 and 64
-    nodes only, the tiny pair's growth twice came out too small for the ~160-node trees
-    the rule then built (docs/performance.md, sessions 9 and 10).  The probe skips sizes
-    the rule could not reach (:func:`~bastion.calibration.overheads.profile_overheads`).
+    nodes only, the tiny pair's growth came out too small for the ~160-node trees the
+    rule then built (docs/performance.md).  The probe skips sizes the rule could not
+    reach (:func:`~bastion.calibration.overheads.profile_overheads`).
     """
     sizes = [min(k * policy.n_min, policy.n_max) for k in (2, 8, 32)]
     return tuple(sorted(set(sizes)))
+
+
+def device_peaks(device: torch.device, dtype: torch.dtype, log: Log = print) -> HardwarePeaks:
+    """Part 1: the device's measured ceilings (matmul, masked attention, copy)."""
+    peaks = measure_peaks(device, dtype)
+    log(f"[calibrate] peaks: {peaks.flops_per_s / 1e12:.2f} TFLOP/s matmul, "
+        f"{peaks.attention_flops_per_s / 1e12:.2f} TFLOP/s masked attention, {peaks.bytes_per_s / 1e9:.1f} GB/s")
+    return peaks
+
+
+def fit_latency(probe: VerifyProbe, peaks: HardwarePeaks, grid: Grid, *, temperature: float = 0.0,
+                max_heldout_mape: float | None = MAX_HELDOUT_MAPE, progress: bool = True,
+                log: Log = print) -> tuple[list[dict], CostModel, dict[str, Any]]:
+    """Part 2: the latency grid through the engine's probe and the cost model's gated fit.
+
+    At ``temperature`` > 0 every probe samples at every node, so C(n) includes the
+    sampling cost.  Returns (grid rows, cost model, fit report).
+    """
+    target = probe.target
+    shape = ModelShape.from_config(target.config, torch.finfo(target.dtype).bits // 8)
+    log(f"[calibrate] grid of {len(grid.points())} points (s up to {max(grid.s_values + grid.tail_s)}, "
+        f"c up to {grid.c_values[-1]})")
+    rows, cost, report = gated_fit(lambda: probe_grid(probe, grid, temperature=temperature, progress=progress),
+                                   shape, peaks, grid.holdout_every, max_heldout_mape, log)
+    log(f"[calibrate] fit {cost.params}; in-sample MAPE {report['in_sample_mape']:.1%}, "
+        f"held-out MAPE {report.get('heldout_mape', float('nan')):.1%}")
+    return rows, cost, report
+
+
+def profile_steps(engine: Engine, policy: TreePolicy, cost: CostModel, *, seed: int = 0, temperature: float = 0.0,
+                  log: Log = print) -> tuple[StepOverheads, dict[str, float]]:
+    """Part 3: T_draft and the step excess at :func:`overhead_budgets`, then AR's and DFlash's steps.
+
+    ``engine`` carries the DFlash drafter that makes the probe; at ``temperature`` > 0
+    the runs sample, so the excess includes the per-node sampling.
+    """
+    prompt = probe_prompt(engine.target.config.vocab_size, seed)
+    overheads = profile_overheads(lambda n: engine.decoder("bastion", replace(policy, budget=n)),
+                                  overhead_budgets(policy), prompt, temperature=temperature, cost_model=cost)
+    log(f"[calibrate] {describe_overheads(overheads)}")
+    baselines = profile_baselines(lambda m: engine.decoder(m), prompt, temperature=temperature)
+    log(f"[calibrate] {describe_baselines(baselines)}")
+    return overheads, baselines
 
 
 def calibrate(
@@ -55,51 +105,29 @@ def calibrate(
     grid: Grid,
     engine: Engine,
     policy: TreePolicy,
-    log: Callable[[str], None] = print,
+    log: Log = print,
     seed: int = 0,
     progress: bool = True,
     temperature: float = 0.0,
     max_heldout_mape: float | None = MAX_HELDOUT_MAPE,
 ) -> Calibration:
-    """Measure peaks, probe the grid, fit, then profile the step overheads.
+    """The three parts in one process, on ``engine``: the engine that will decode.
 
-    ``engine`` must be the engine that will decode; its drafter makes the overhead probe.
-    At ``temperature`` > 0 the grid probes and the overhead run sample at every node, so
-    C(n) and T_other include the sampling cost.  The fit passes the quality gate of
-    :func:`~bastion.calibration.grid.gated_fit` (``max_heldout_mape=None``: no gate).
+    The fit passes the quality gate of :func:`~bastion.calibration.grid.gated_fit`
+    (``max_heldout_mape=None``: no gate).
     """
     t0 = time.perf_counter()
     target = engine.target
-    shape = ModelShape.from_config(target.config, torch.finfo(target.dtype).bits // 8)
-    peaks = measure_peaks(target.device, target.dtype)
-    log(f"[calibrate] peaks: {peaks.flops_per_s / 1e12:.2f} TFLOP/s matmul, "
-        f"{peaks.attention_flops_per_s / 1e12:.2f} TFLOP/s masked attention, {peaks.bytes_per_s / 1e9:.1f} GB/s")
-    log(f"[calibrate] grid of {len(grid.points())} points (s up to {max(grid.s_values + grid.tail_s)}, "
-        f"c up to {grid.c_values[-1]})")
-    probe = engine.verify_probe()
-    rows, model_obj, report = gated_fit(
-        lambda: probe_grid(probe, grid, temperature=temperature, progress=progress),
-        shape, peaks, grid.holdout_every, max_heldout_mape, log)
-    log(
-        f"[calibrate] fit {model_obj.params}; in-sample MAPE {report['in_sample_mape']:.1%}, "
-        f"held-out MAPE {report.get('heldout_mape', float('nan')):.1%}"
-    )
-    overheads = profile_overheads(lambda n: engine.decoder("bastion", replace(policy, budget=n)), overhead_budgets(policy),
-                                  probe_prompt(target.config.vocab_size, seed), temperature=temperature,
-                                  cost_model=model_obj)
-    log(f"[calibrate] {describe_overheads(overheads)}")
-    baselines = profile_baselines(lambda m: engine.decoder(m), probe_prompt(target.config.vocab_size, seed),
-                                  temperature=temperature)
-    log(f"[calibrate] {describe_baselines(baselines)}")
-    return Calibration(
-        model=model,
-        fingerprint=fingerprint,
-        cost_model=model_obj,
-        overheads=overheads,
-        report=report,
-        grid=asdict(grid),
-        points=rows,
-        seconds=time.perf_counter() - t0,
-        temperature=float(temperature),
-        baselines=baselines,
-    )
+    peaks = device_peaks(target.device, target.dtype, log)
+    rows, cost, report = fit_latency(engine.verify_probe(), peaks, grid, temperature=temperature,
+                                     max_heldout_mape=max_heldout_mape, progress=progress, log=log)
+    overheads, baselines = profile_steps(engine, policy, cost, seed=seed, temperature=temperature, log=log)
+    return Calibration(model=model, fingerprint=fingerprint, cost_model=cost, overheads=overheads, report=report,
+                       grid=asdict(grid), points=rows, seconds=time.perf_counter() - t0,
+                       temperature=float(temperature), baselines=baselines, **coverage(policy, grid.c_values))
+
+
+def coverage(policy: TreePolicy, c_values: Sequence[int]) -> dict[str, Any]:
+    """What a calibration covers, recorded in its file: the ``n_min`` and the probe sizes of its
+    step overheads, and the largest context of its latency grid."""
+    return {"n_min": policy.n_min, "probe_sizes": overhead_budgets(policy), "max_context": int(max(c_values))}

@@ -8,12 +8,15 @@ fingerprint differs, naming the fields and the way to recalibrate.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import os
 import platform
 import re
 import socket
 import subprocess
 from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -105,6 +108,27 @@ def assemble(device_type: str, name: str, *, driver: str, cuda: str, torch_versi
         "host": socket.gethostname(),
         "python": platform.python_version(),
     }
+
+
+@lru_cache(maxsize=1)
+def source_digest() -> str:
+    """A hash of the decoding code: every ``.py`` file of ``bastion`` (but its data and report
+    layers, which cannot change a decoded token) and of ``dflash``.
+
+    The version string stays put while the code changes; a record of a run resumed after an
+    edit would otherwise sit beside records of other code under one run key.
+    """
+    h = hashlib.sha256()
+    for package, skip in (("bastion", ("data", "report")), ("dflash", ())):
+        spec = importlib.util.find_spec(package)
+        for root in (Path(p) for p in (spec.submodule_search_locations or []) if spec is not None):
+            for path in sorted(root.rglob("*.py")):
+                rel = path.relative_to(root)
+                if rel.parts[0] in skip or "__pycache__" in rel.parts:
+                    continue
+                h.update(f"{package}/{rel.as_posix()}".encode())
+                h.update(path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def differences(calibrated: dict[str, Any], current: dict[str, Any]) -> list[str]:

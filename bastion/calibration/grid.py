@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -162,31 +162,44 @@ def gated_fit(
     max_heldout_mape: float | None = MAX_HELDOUT_MAPE,
     log: Callable[[str], None] = lambda msg: None,
 ):
-    """Measure the grid and fit; above ``max_heldout_mape`` held-out error measure once more.
+    """Measure the grid and fit; above the gate's held-out error, measure once more.
 
-    The second fit uses both measurements' times (:func:`pooled`).  Returns (rows, model,
-    report); the report records the gate (threshold, attempts, passed).  A second failure raises :class:`CalibrationQualityError` with the numbers
-    and the ways out, unless ``max_heldout_mape`` is None (the override), when the fit is
-    kept and marked as not passed.
+    The second fit uses both measurements' times (:func:`pooled`), and the better of the
+    two fits (the lower held-out error) is kept.  Returns (rows, model, report); the
+    report records the gate (threshold, attempts, the one kept, passed).  A second
+    failure raises :class:`CalibrationQualityError` with the numbers and the ways out,
+    unless ``max_heldout_mape`` is None (the override): the fit is then held to the
+    default gate all the same, measured twice when it fails, and the better fit is kept
+    and marked as not passed.  A noisy first measurement is what the override is for,
+    and the second one costs less than a run sized by a bent cost model.
     """
-    attempts = []
-    rows: list[dict] = []
+    gate = MAX_HELDOUT_MAPE if max_heldout_mape is None else max_heldout_mape
+    fits: list[tuple[list[dict], Any, dict]] = []
     for attempt in (1, 2):
-        rows = pooled(rows, measure()) if rows else measure()
+        rows = pooled(fits[-1][0], measure()) if fits else measure()
         model, report = fit_probe(rows, shape, peaks, holdout_every)
+        fits.append((rows, model, report))
         mape, worst = report.get("heldout_mape", 0.0), report.get("heldout_max_ape", 0.0)
-        attempts.append({"heldout_mape": mape, "heldout_max_ape": worst})
-        ok = max_heldout_mape is None or mape <= max_heldout_mape
-        if ok or attempt == 2:
+        if mape <= gate:
             break
-        log(f"[calibrate] held-out error {mape:.1%} mean ({worst:.1%} worst) is above {max_heldout_mape:.0%}; measuring again")
-    passed = mape <= (MAX_HELDOUT_MAPE if max_heldout_mape is None else max_heldout_mape)
-    report["quality_gate"] = {"max_heldout_mape": max_heldout_mape, "attempts": attempts, "passed": bool(passed)}
-    if not ok:
+        if attempt == 1:
+            log(f"[calibrate] held-out error {mape:.1%} mean ({worst:.1%} worst) is above {gate:.0%}; measuring again")
+    attempts = [{"heldout_mape": r.get("heldout_mape", 0.0), "heldout_max_ape": r.get("heldout_max_ape", 0.0)}
+                for _, _, r in fits]
+    kept = min(range(len(fits)), key=lambda i: attempts[i]["heldout_mape"])
+    rows, model, report = fits[kept]
+    mape, worst = attempts[kept]["heldout_mape"], attempts[kept]["heldout_max_ape"]
+    passed = mape <= gate
+    report["quality_gate"] = {"max_heldout_mape": max_heldout_mape, "attempts": attempts, "kept": kept + 1,
+                              "passed": bool(passed)}
+    if not passed and max_heldout_mape is not None:
         raise CalibrationQualityError(
             f"the cost model misses held-out latencies by {mape:.1%} on average ({worst:.1%} worst) after "
-            f"{len(attempts)} measurements (gate: {max_heldout_mape:.0%}); calibrate on a quieter machine, "
+            f"{len(attempts)} measurements (gate: {gate:.0%}); calibrate on a quieter machine, "
             "try another --calib-grid, or accept the error with --accept-calibration-error "
             "(pipeline: accept_calibration_error: true)"
         )
+    if not passed:
+        log(f"[calibrate] held-out error {mape:.1%} mean ({worst:.1%} worst) after {len(attempts)} measurements is "
+            f"above {gate:.0%}; keeping measurement {kept + 1}'s fit, as --accept-calibration-error asks")
     return rows, model, report

@@ -108,7 +108,7 @@ def _medians(dec: Decoder, prompt_ids: Sequence[int], steps: int, temperature: f
     features (a prefill), which is not what a steady decoding step pays.  Timing noise
     only adds time, so the smallest median is the steadiest; one run alone once put an
     H200's T_other 0.1 ms high at 16 nodes, which hid its growth up to 64
-    (docs/performance.md, session 9).
+    (docs/performance.md).
     """
     draft, other, excess = [], [], []
     for i in range(passes + 1):  # the first run warms up (graphs, caches)

@@ -1,12 +1,13 @@
-"""The pipeline's calibration stages as library calls, one per Snakemake rule.
+"""The pipeline's calibration stages: the parts of :mod:`bastion.calibration.calibrate`, one per Snakemake rule.
 
 Calibration is split into three jobs per (hardware, model) so each result is cached and
 inspectable on its own: the device's ceilings and fingerprint, the latency grid with the
 fitted cost model, and the step overheads that complete a :class:`Calibration` file in
-the same format the CLI writes.  Each stage re-checks that it runs on the device and
-software stack of the stage before it.  For small models, where a job's start-up (imports,
-CUDA, compilation) costs more than its measurements, :func:`calibrate_all` runs the same
-stages in one process and writes the same files.
+the same format the CLI writes.  Each stage runs the same part as the CLI's
+:func:`~bastion.calibration.calibrate.calibrate` and re-checks that it runs on the device
+and software stack of the stage before it.  For small models, where a job's start-up
+(imports, CUDA, compilation) costs more than its measurements, :func:`calibrate_all` runs
+the same stages in one process and writes the same files.
 """
 
 from __future__ import annotations
@@ -16,18 +17,22 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
-import torch
-
 from bastion.calibration import fingerprint, hardware
-from bastion.calibration.calibrate import overhead_budgets, probe_prompt
-from bastion.calibration.grid import MAX_HELDOUT_MAPE, Grid, gated_fit, probe_grid
-from bastion.calibration.overheads import profile_baselines, profile_overheads
-from bastion.calibration.peaks import measure_peaks
+from bastion.calibration.calibrate import (
+    coverage,
+    device_peaks,
+    fit_latency,
+    overhead_budgets,
+    probe_prompt,
+    profile_steps,
+)
+from bastion.calibration.grid import MAX_HELDOUT_MAPE, Grid
 from bastion.calibration.store import Calibration, CalibrationError, write_json_atomic
 from bastion.costmodel.model import CostModel
-from bastion.costmodel.roofline import HardwarePeaks, ModelShape
+from bastion.costmodel.roofline import HardwarePeaks
 from bastion.data.formats import read_jsonl
 from bastion.data.prompts import PromptBuilder
+from bastion.defaults import N_MAX
 from bastion.engines.choice import resolve_engine
 from bastion.models import registry as models
 from bastion.speculative.tree import TreePolicy
@@ -58,10 +63,11 @@ def _load_target(before: dict[str, Any], where: str, model_json: str, device: st
 
 
 def measure_hardware(out: str, hardware_key: str, pattern: str | None, device: str, dtype: str, attn_impl: str, engine: str) -> dict[str, Any]:
+    """Part 1: the device checked against its hardware key, its fingerprint and its measured ceilings."""
     dev = hardware.resolve_device(device)
     where = hardware.check_device(hardware_key, pattern, dev)
     dt = hardware.resolve_dtype(dtype, dev)
-    peaks = measure_peaks(dev, dt)
+    peaks = device_peaks(dev, dt)
     result = {**where, "fingerprint": fingerprint.collect(dev, dt, attn_impl, resolve_engine(engine, dev)),
               "peaks": asdict(peaks)}
     write_json_atomic(out, result)
@@ -71,7 +77,8 @@ def measure_hardware(out: str, hardware_key: str, pattern: str | None, device: s
 def calibrate_latency(out: str, model_json: str, hardware_json: str, grid_name: str, device: str, dtype: str,
                       attn_impl: str, engine: str, datasets: Sequence[str] = (), max_new_tokens: int = 0,
                       temperature: float = 0.0, max_heldout_mape: float | None = MAX_HELDOUT_MAPE) -> dict[str, Any]:
-    """The latency grid and its fit; the grid's contexts reach the longest prompt of ``datasets`` plus ``max_new_tokens``."""
+    """Part 2: the latency grid and its fit; the grid's contexts reach the longest prompt of
+    ``datasets`` plus ``max_new_tokens``."""
     # model code loads only in the stages that run models
     from bastion.engines.factory import Engine
 
@@ -84,11 +91,9 @@ def calibrate_latency(out: str, model_json: str, hardware_json: str, grid_name: 
     # the static engine's probe taps the drafter's layers, as its decode steps do
     engine = resolve_engine(engine, dev)
     drafter = models.load_drafter(paths["drafter"], dt, dev) if engine != "eager" else None
-    probe_engine = Engine(engine, target, drafter, n_max=1)  # probe_grid sizes it to the grid
-    probe = probe_engine.verify_probe()
-    shape = ModelShape.from_config(target.config, torch.finfo(dt).bits // 8)
-    rows, cost, report = gated_fit(lambda: probe_grid(probe, grid, temperature=temperature, progress=True), shape,
-                                   HardwarePeaks(**hw["peaks"]), grid.holdout_every, max_heldout_mape, print)
+    probe = Engine(engine, target, drafter, n_max=1).verify_probe()  # probe_grid sizes it to the grid
+    rows, cost, report = fit_latency(probe, HardwarePeaks(**hw["peaks"]), grid, temperature=temperature,
+                                     max_heldout_mape=max_heldout_mape)
     result = {"fingerprint": fp_now, "grid": asdict(grid), "points": rows, "cost_model": cost.to_dict(), "report": report,
               "temperature": float(temperature)}
     write_json_atomic(out, result)
@@ -96,8 +101,8 @@ def calibrate_latency(out: str, model_json: str, hardware_json: str, grid_name: 
 
 
 def profile_constants(out: str, model_name: str, model_json: str, latency_json: str, device: str, dtype: str, attn_impl: str,
-                      engine: str, n_min: int, seed: int = 0) -> Calibration:
-    """Measure T_draft and the step excess (sampling at the latency grid's temperature) and write the calibration file."""
+                      engine: str, n_min: int, seed: int = 0, n_max: int = N_MAX) -> Calibration:
+    """Part 3: T_draft and the step excess (sampling at the latency grid's temperature); writes the calibration file."""
     from bastion.engines.factory import Engine
 
     lat = read_json(latency_json)
@@ -109,24 +114,14 @@ def profile_constants(out: str, model_name: str, model_json: str, latency_json: 
                                                   attn_impl, engine)
     drafter = models.load_drafter(paths["drafter"], dt, dev)
     models.check_pair(target, drafter, paths["target"], paths["drafter"])
-    probe = probe_prompt(target.config.vocab_size, seed)
-    budgets = overhead_budgets(TreePolicy(n_min=n_min))
-    eng = Engine(engine, target, drafter, n_max=max(budgets), max_context=len(probe) + 4 * n_min + 64)
+    policy = TreePolicy(n_min=n_min, n_max=n_max)
+    eng = Engine(engine, target, drafter, n_max=max(overhead_budgets(policy)),
+                 max_context=len(probe_prompt(target.config.vocab_size, seed)) + 4 * n_min + 64)
     temperature = float(lat.get("temperature", 0.0))
-    overheads = profile_overheads(lambda n: eng.decoder("bastion", TreePolicy(n_min=n_min, budget=n)), budgets, probe,
-                                  temperature=temperature, cost_model=cost)
-    baselines = profile_baselines(lambda m: eng.decoder(m), probe, temperature=temperature)
-    cal = Calibration(
-        model=model_name,
-        fingerprint=fp_now,
-        cost_model=cost,
-        overheads=overheads,
-        report=lat["report"],
-        grid=lat["grid"],
-        points=lat["points"],
-        temperature=temperature,
-        baselines=baselines,
-    )
+    overheads, baselines = profile_steps(eng, policy, cost, seed=seed, temperature=temperature)
+    cal = Calibration(model=model_name, fingerprint=fp_now, cost_model=cost, overheads=overheads, report=lat["report"],
+                      grid=lat["grid"], points=lat["points"], temperature=temperature, baselines=baselines,
+                      **coverage(policy, lat["grid"]["c_values"]))
     cal.save(out)
     return cal
 
@@ -134,7 +129,7 @@ def profile_constants(out: str, model_name: str, model_json: str, latency_json: 
 def calibrate_all(hardware_out: str, classes: Sequence[tuple[str, str, float]], hardware_key: str, pattern: str | None,
                   model_name: str, model_json: str, grid_name: str, device: str, dtype: str, attn_impl: str,
                   engine: str, n_min: int, seed: int = 0, datasets: Sequence[str] = (), max_new_tokens: int = 0,
-                  max_heldout_mape: float | None = MAX_HELDOUT_MAPE) -> list[Calibration]:
+                  max_heldout_mape: float | None = MAX_HELDOUT_MAPE, n_max: int = N_MAX) -> list[Calibration]:
     """Every stage in one process: the hardware file, then per temperature class a latency
     grid and its calibration file.
 
@@ -149,5 +144,5 @@ def calibrate_all(hardware_out: str, classes: Sequence[tuple[str, str, float]], 
                           datasets=datasets, max_new_tokens=max_new_tokens, temperature=temperature,
                           max_heldout_mape=max_heldout_mape)
         calibrations.append(profile_constants(calibration_out, model_name, model_json, latency_out, device, dtype,
-                                              attn_impl, engine, n_min, seed))
+                                              attn_impl, engine, n_min, seed, n_max))
     return calibrations

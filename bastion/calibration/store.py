@@ -38,6 +38,12 @@ class Calibration:
     temperature: float = 0.0  # the sampling temperature it was measured at (0: greedy probes and overheads)
     # seconds per step of AR and DFlash on the probe prompt (profile_baselines); empty in older files
     baselines: dict[str, float] = field(default_factory=dict)
+    # what it covers: the n_min its overhead probe sizes are multiples of, those sizes, and the
+    # largest context of its latency grid, whose points past the model's positions are left out
+    # since no decode reaches them (None where a file does not say)
+    n_min: int | None = None
+    probe_sizes: tuple[int, ...] = ()
+    max_context: int | None = None
 
     @property
     def sampled(self) -> bool:
@@ -52,6 +58,21 @@ class Calibration:
                 f"calibrate for {'sampling' if temperature > 0 else 'greedy decoding'}: omit --calibration to use "
                 "--cache-dir (one file per temperature class), or pass --recalibrate"
             )
+
+    def check_covers(self, n_min: int, context: int, path: str | os.PathLike, given: bool = False) -> None:
+        """A run's ``n_min`` must be the one the step overheads were probed at, and its longest
+        context (prompt plus new tokens) inside the measured grid, or its trees are sized by
+        extrapolation.  ``given``: the file came from ``--calibration`` (the pipeline's)."""
+        fix = ("pass a calibration made for these settings, or omit --calibration and pass --recalibrate "
+               "(pipeline: rerun its calibration rules)" if given else "pass --recalibrate to measure again")
+        if self.n_min is None or self.max_context is None:
+            raise CalibrationError(f"calibration {path} does not record the n_min and contexts it covers; {fix}")
+        if self.n_min != n_min:
+            raise CalibrationError(f"calibration {path} was made for --n-min {self.n_min} (overheads probed at "
+                                   f"{', '.join(map(str, self.probe_sizes))} nodes), but this run uses --n-min {n_min}; {fix}")
+        if context > self.max_context:
+            raise CalibrationError(f"calibration {path} has a latency grid of contexts up to {self.max_context} tokens, "
+                                   f"but this run reaches {context} (its longest prompt plus --max-new-tokens); {fix}")
 
     @property
     def max_s(self) -> int:
@@ -71,6 +92,9 @@ class Calibration:
             "seconds": self.seconds,
             "temperature": self.temperature,
             "baselines": self.baselines,
+            "n_min": self.n_min,
+            "probe_sizes": list(self.probe_sizes),
+            "max_context": self.max_context,
         }
 
     @classmethod
@@ -99,6 +123,9 @@ class Calibration:
                 seconds=d.get("seconds", 0.0),
                 temperature=float(d.get("temperature", 0.0)),
                 baselines={str(k): float(v) for k, v in d.get("baselines", {}).items()},
+                n_min=None if d.get("n_min") is None else int(d["n_min"]),
+                probe_sizes=tuple(int(n) for n in d.get("probe_sizes", ())),
+                max_context=None if d.get("max_context") is None else int(d["max_context"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CalibrationError(f"{where} is malformed ({type(exc).__name__}: {exc}); {fix}") from None

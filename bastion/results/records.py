@@ -4,8 +4,10 @@ A decode run appends every finished prompt's records (all turns, all methods) to
 ``<output>.partial`` as soon as the prompt is done, so an interrupted run loses at most
 the prompt in flight.  A rerun with the same settings reads the partial file, skips the
 prompts it holds, and the final ``<output>`` appears only once every prompt is there.
-Records carry a ``run_key`` (a hash of the settings that shape the outputs) so a
-partial file from different settings is refused rather than silently mixed in.
+Records carry a ``run_key`` (a hash of the settings that shape the outputs, the software
+and the device included) and those settings, so a partial file from other settings is
+never mixed in: :func:`resume` sets it aside under another name, says which settings
+differ, and the run starts over.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -24,7 +26,11 @@ from bastion.results.generation import GenerationResult
 
 
 class ResumeMismatchError(RuntimeError):
-    """A partial output file was written with different settings."""
+    """A partial output file was written with different settings (``record``: its first such record)."""
+
+    def __init__(self, message: str, record: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.record = record
 
 
 def run_key(settings: dict[str, Any]) -> str:
@@ -110,7 +116,7 @@ def read_partial(path: Path, key: str) -> list[dict[str, Any]]:
         if rec.get("run_key") != key:
             raise ResumeMismatchError(
                 f"{path} was written by a run with different settings (run_key {rec.get('run_key')} != {key}); "
-                "delete it to start over, or rerun with the original settings to resume"
+                "delete it to start over, or rerun with the original settings to resume", rec
             )
         out.append(rec)
         good += len(raw)
@@ -118,6 +124,48 @@ def read_partial(path: Path, key: str) -> list[dict[str, Any]]:
         with open(path, "r+b") as fh:
             fh.truncate(good)
     return out
+
+
+def resume(path: Path, key: str, settings: dict[str, Any], log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Complete records of an interrupted run of these ``settings`` (whose hash is ``key``).
+
+    A partial file written under other settings (another engine, dtype, device, software,
+    prompts, history...) is set aside, renamed ``<path>.set-aside`` (``-2``, ``-3``... if
+    taken), and the log names the settings that differ; the run then starts over.  Nothing
+    of the two runs mixes and nothing is lost.  An unreadable line still stops the run.
+    """
+    try:
+        return read_partial(path, key)
+    except ResumeMismatchError as exc:
+        if exc.record is None:
+            raise
+        aside = set_aside(path)
+        log(f"[resume] {path} was written with other settings ({setting_differences(exc.record.get('run_settings'), settings)}); "
+            f"set aside as {aside.name}, starting over")
+        return []
+
+
+def set_aside(path: Path) -> Path:
+    """Rename ``path`` to the first free ``<path>.set-aside[-N]``; returns the new path."""
+    n = 1
+    while (aside := Path(f"{path}.set-aside" + (f"-{n}" if n > 1 else ""))).exists():
+        n += 1
+    os.replace(path, aside)
+    return aside
+
+
+def setting_differences(old: Any, new: dict[str, Any]) -> str:
+    """``field: old -> new`` for every setting that differs (one level into nested ones)."""
+    if not isinstance(old, dict):
+        return "its records do not say which"
+    diffs = []
+    for k in sorted(set(old) | set(new)):
+        a, b = old.get(k), new.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            diffs += [f"{k}.{j}: {a.get(j)!r} -> {b.get(j)!r}" for j in sorted(set(a) | set(b)) if a.get(j) != b.get(j)]
+        elif a != b:
+            diffs.append(f"{k}: {a!r} -> {b!r}")
+    return ", ".join(diffs) or "the same settings under another run key"
 
 
 def completed_prompts(records: Iterable[dict[str, Any]], turns_per_prompt: dict[int, int], methods: Sequence[str]) -> set[int]:

@@ -16,8 +16,8 @@ Consecutive runs on the same prompts advance prompt by prompt, in turn (AR, then
 other method, on prompt 0, then on prompt 1, ...), unless one of them reads another's
 history: a slow spell of the machine then touches every method alike.  Run one method
 after another, the 2-core CPU's drifts of 10-15% over a few minutes made one method
-look 10% faster or slower than another from run to run (docs/performance.md, session
-9).  Each run's records and files are the same either way.
+look 10% faster or slower than another from run to run (docs/performance.md).  Each run's
+records and files are the same either way.
 """
 
 from __future__ import annotations

@@ -2,15 +2,17 @@
 
 The CLI and the pipeline's decode jobs both build a :class:`~bastion.runs.run.DecodeRun`;
 these are the parts of its validation that read only flags, config files and records.
+Everything here runs without torch, so the CLI refuses a bad flag before importing it.
 """
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
 from typing import Sequence
 
-from bastion.defaults import METHODS, resolve_n_min
+from bastion.defaults import METHODS, TOPK_LIMIT, resolve_n_min
 from bastion.models import registry as models
-from bastion.results import records
 
 
 class UsageError(ValueError):
@@ -53,13 +55,42 @@ def check_n_min(n_min: int | str, n_max: int, gpu: bool | None = None) -> int | 
     return n
 
 
-def load_histories(path: str) -> dict[tuple[int, int], list[int]]:
-    """(prompt index, turn) -> AR's output ids, from AR's records file."""
-    try:
-        recs = records.read_records(path)
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot read history records {path} ({exc}); rerun the AR decode that writes them") from None
-    return {(r["prompt_index"], r["turn"]): r["output_ids"] for r in recs if r.get("method", "ar") == "ar"}
+def check_at_least(flag: str, value: int | None, low: int, fix: str = "") -> None:
+    """An integer flag's lower bound (None: the flag was not given)."""
+    if value is not None and (isinstance(value, bool) or value < low):
+        raise UsageError(f"{flag} must be >= {low}, got {value}{fix}")
+
+
+def check_temperature(value: float) -> None:
+    """A finite temperature >= 0: NaN or infinity would reach sampling as NaN probabilities."""
+    if not math.isfinite(value) or value < 0:
+        raise UsageError(f"--temperature must be a finite number >= 0 (0: greedy), got {value}")
+
+
+def check_topk(value: int) -> None:
+    """``--topk`` within the path-ranking layout's limit (the bound :class:`TreePolicy` keeps)."""
+    if not 1 <= value <= TOPK_LIMIT:
+        raise UsageError(f"--topk must be in 1..{TOPK_LIMIT}, got {value}")
+
+
+def check_model_folder(flag: str, ref: str | None) -> None:
+    """A local folder given for a model must hold its ``config.json``: say so, naming both."""
+    if ref is None or ref in models.PAIRS:  # a registry key wins over a folder of that name
+        return
+    folder = Path(ref).expanduser()
+    if folder.is_dir() and not (folder / "config.json").is_file():
+        raise UsageError(f"{flag} {ref}: the folder has no config.json, so it holds no model; pass the folder "
+                         "with config.json and the weights, a registry key or a Hugging Face repo id")
+
+
+def check_eagle3_tree(depth: int, topk: int, total_tokens: int) -> None:
+    """EAGLE-3's tree flags, with the bounds of :class:`~bastion.speculative.methods.Eagle3Policy`
+    (tests/runs/test_checks.py ties the two), checked here without importing torch."""
+    bad = [f"{flag} {v}" for flag, v, low in (("--eagle3-depth", depth, 0), ("--eagle3-topk", topk, 1),
+                                               ("--eagle3-total-tokens", total_tokens, 1)) if v < low]
+    if bad:
+        raise UsageError(f"{', '.join(bad)}: EAGLE-3 needs --eagle3-depth >= 0, --eagle3-topk >= 1 and "
+                         "--eagle3-total-tokens >= 1")
 
 
 def check_positions(target_ref: str, max_new_tokens: int, block_size: int | None) -> None:
@@ -79,3 +110,11 @@ def check_positions(target_ref: str, max_new_tokens: int, block_size: int | None
             f"--max-new-tokens {max_new_tokens} does not fit the target's {limit} positions "
             f"(max_position_embeddings of {target_ref}); lower --max-new-tokens below {int(limit) - 1 - (block_size or 1)}"
         )
+
+
+def check_multi_turn(prompts: Sequence[dict], methods: Sequence[str], history_from: str | None, dataset: str) -> None:
+    """Later turns carry AR's answers to the turns before them: AR must run, or its records be given."""
+    turns = max((len(p["turns"]) for p in prompts), default=1)
+    if turns > 1 and "ar" not in methods and history_from is None:
+        raise UsageError(f"dataset {dataset!r} has prompts of {turns} turns, whose later turns carry AR's answers: "
+                         "add ar to --methods, or pass AR's records of this dataset with --history-from")

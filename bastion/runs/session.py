@@ -68,6 +68,10 @@ class Session:
             self.loaded.append(key)
         return self._items[key]
 
+    def tokenizer(self, target_ref: str) -> Any:
+        """The target's tokenizer, without its weights: a run's checks size its contexts with it."""
+        return self._memo(("tokenizer", target_ref), lambda: models.load_tokenizer(target_ref))
+
     def models(self, methods: Sequence[str], target_ref: str, drafter_ref: str | None, eagle3_ref: str | None,
                dtype: torch.dtype, device: torch.device, attn_impl: str, block_size: int | None,
                eagle3_policy: Eagle3Policy) -> Loaded:
@@ -75,7 +79,7 @@ class Session:
         own, wanted = drafters(methods), drafters(methods) | drafters(self.methods)
         tkey = (target_ref, str(dtype), str(device), attn_impl)
         target = self._memo(("target", *tkey), lambda: models.load_target(target_ref, dtype, device, attn_impl))
-        tokenizer = self._memo(("tokenizer", target_ref), lambda: models.load_tokenizer(target_ref))
+        tokenizer = self.tokenizer(target_ref)
         drafter = eagle3 = None
         if "dflash" in wanted and drafter_ref is not None:
             drafter = self._memo(("drafter", drafter_ref, block_size, *tkey),

@@ -69,3 +69,45 @@ def test_pipeline_latency_file_of_the_old_form_is_refused_before_loading(tmp_pat
     with pytest.raises(CalibrationError, match=r"latency_grid\.json.*old max-of-two-lines.*calibrate_latency"):
         stages.profile_constants(str(tmp_path / "cal.json"), "m", "missing-model.json", str(lat), "cpu", "float32",
                                  "sdpa", "eager", 4)
+
+
+def _covering(n_min: int = 16, max_context: int = 1024) -> Calibration:
+    cal = _calibration()
+    cal.n_min, cal.probe_sizes, cal.max_context = n_min, (2 * n_min, 8 * n_min, 32 * n_min), max_context
+    return cal
+
+
+def test_what_a_calibration_covers_is_saved_and_loaded(tmp_path):
+    path = tmp_path / "cal.json"
+    _covering(16, 1024).save(path)
+    data = json.loads(path.read_text())
+    assert (data["n_min"], data["probe_sizes"], data["max_context"]) == (16, [32, 128, 512], 1024)
+    back = Calibration.load(path)
+    assert (back.n_min, back.probe_sizes, back.max_context) == (16, (32, 128, 512), 1024)
+    back.check_covers(16, 1024, path)  # its own n_min and contexts up to the grid's largest: accepted
+
+
+@pytest.mark.parametrize("given", [False, True])
+def test_another_n_min_is_refused_naming_both_and_the_fix(tmp_path, given):
+    with pytest.raises(CalibrationError) as err:
+        _covering(16).check_covers(32, 100, tmp_path / "cal.json", given=given)
+    msg = str(err.value)
+    assert "--n-min 16" in msg and "--n-min 32" in msg and "32, 128, 512 nodes" in msg and "--recalibrate" in msg
+    assert ("omit --calibration" in msg) == given
+
+
+def test_longer_contexts_than_the_grid_are_refused(tmp_path):
+    with pytest.raises(CalibrationError) as err:
+        _covering(16, 1024).check_covers(16, 1025, tmp_path / "cal.json")
+    msg = str(err.value)
+    assert "up to 1024 tokens" in msg and "reaches 1025" in msg and "--recalibrate" in msg
+
+
+def test_a_file_that_does_not_say_what_it_covers_is_refused(tmp_path):
+    path = tmp_path / "cal.json"
+    data = _calibration().to_dict()
+    for key in ("n_min", "probe_sizes", "max_context"):
+        del data[key]
+    path.write_text(json.dumps(data))
+    with pytest.raises(CalibrationError, match=r"does not record the n_min and contexts it covers.*--recalibrate"):
+        Calibration.load(path).check_covers(16, 10, path)

@@ -85,6 +85,9 @@ def test_end_to_end_schema_and_calibration_reuse(workdir, capsys):
     body = json.loads(cal[0].read_text())
     assert body["fingerprint"]["device_type"] == "cpu" and set(body["cost_model"]["params"]) == set(CostParams.names())
     assert set(body["baselines"]) == {"ar", "dflash"} and all(t > 0 for t in body["baselines"].values())
+    # what it covers: --n-min 4, its probe sizes (2, 8 and 32 times n_min) and the grid's contexts
+    assert body["n_min"] == 4 and body["probe_sizes"] == [8, 32, 128]
+    assert body["max_context"] == body["grid"]["c_values"][-1] >= max(r["contexts"][-1] for r in recs)
     # second run: the calibration is reused, not remade
     assert benchmark.main(_args(target, drafter, data, cache, root / "out1b.jsonl", ["--quiet"])) == 0
     assert "[calibrate]" not in capsys.readouterr().err
@@ -113,12 +116,47 @@ def test_resume_skips_finished_prompts(workdir, capsys):
            [(r["prompt_index"], r["turn"], r["method"], r["output_ids"]) for r in full]
 
 
-def test_partial_from_other_settings_is_refused(workdir, capsys):
+def test_partial_from_other_settings_is_set_aside(workdir, capsys):
     root, target, drafter, data = workdir
     out = root / "out3.jsonl"
-    Path(f"{out}.partial").write_text(json.dumps({"run_key": "0123", "prompt_index": 0}) + "\n")
-    assert benchmark.main(_args(target, drafter, data, root / "cache3", out, ["--quiet"])) == 2
-    assert "different settings" in capsys.readouterr().err
+    stranger = json.dumps({"run_key": "0123", "prompt_index": 0}) + "\n"
+    Path(f"{out}.partial").write_text(stranger)
+    assert benchmark.main(_args(target, drafter, data, root / "cache3", out, ["--quiet"])) == 0
+    err = capsys.readouterr().err
+    assert "was written with other settings (its records do not say which)" in err and "set aside" in err
+    assert Path(f"{out}.partial.set-aside").read_text() == stranger  # kept, never mixed in
+    recs = _records(out)
+    assert len(recs) == 4 * 3 and all(r["run_key"] != "0123" and "run_settings" in r for r in recs)
+
+
+def test_a_cached_calibration_of_another_n_min_or_shorter_contexts_is_refused(workdir, capsys):
+    root, target, drafter, data = workdir
+    cache = root / "cache7"
+    base = ["--quiet", "--methods", "ar,bastion"]
+    assert benchmark.main(_args(target, drafter, data, cache, extra=base)) == 0
+    cal = next(cache.glob("calibration_*.json"))
+    made, stamp = json.loads(cal.read_text()), cal.stat().st_mtime_ns
+    capsys.readouterr()
+
+    def refused(*argv: str) -> str:
+        args = _args(target, drafter, data, cache, extra=base)
+        for flag, value in zip(argv[::2], argv[1::2]):
+            args[args.index(flag) + 1] = value
+        assert benchmark.main(args) == 2
+        err = capsys.readouterr().err
+        assert "[calibrate]" not in err and len([ln for ln in err.splitlines() if ln.startswith("error:")]) == 1
+        return err
+
+    err = refused("--n-min", "8")
+    assert str(cal) in err and "--n-min 4" in err and "--n-min 8" in err and "--recalibrate" in err
+    longer = made["max_context"]  # one turn of this many new tokens reaches past the grid
+    err = refused("--max-new-tokens", str(longer))
+    assert f"up to {made['max_context']} tokens" in err and "--recalibrate" in err
+    assert cal.stat().st_mtime_ns == stamp  # left as it was
+    args = _args(target, drafter, data, cache, extra=[*base, "--recalibrate"])
+    args[args.index("--n-min") + 1] = "8"
+    assert benchmark.main(args) == 0  # --recalibrate measures for the run's --n-min
+    assert json.loads(cal.read_text())["n_min"] == 8
 
 
 def test_fingerprint_mismatch_refuses_to_run(workdir, capsys):
@@ -156,7 +194,7 @@ def test_n_min_auto_is_the_cpus_16(workdir, capsys):
     CPU (a fixed budget skips calibration; the records still carry the resolved minimum)."""
     root, target, drafter, data = workdir
     out = root / "out_nmin.jsonl"
-    args = _args(target, drafter, data, root / "cache6", out, ["--quiet", "--methods", "bastion", "--budget", "8"])
+    args = _args(target, drafter, data, root / "cache6", out, ["--quiet", "--methods", "ar,bastion", "--budget", "8"])
     at = args.index("--n-min")
     del args[at : at + 2]  # the flag and its value
     assert benchmark.main(args) == 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bastion.runs.checks import UsageError, check_n_min
+from bastion.runs.checks import UsageError, check_eagle3_tree, check_n_min, check_topk
 
 
 def test_auto_waits_for_the_device_then_takes_its_width():
@@ -23,3 +23,26 @@ def test_bad_minimums_name_the_value(n_min, n_max, gpu, needle):
     with pytest.raises(UsageError, match=r"--n-min") as exc:
         check_n_min(n_min, n_max, gpu=gpu)
     assert needle in str(exc.value)
+
+
+def _accepts(check, *args) -> bool:
+    try:
+        check(*args)
+    except ValueError:  # UsageError is one
+        return False
+    return True
+
+
+@pytest.mark.parametrize("depth, topk, total", [(7, 10, 60), (0, 1, 1), (-1, 10, 60), (7, 0, 60), (7, 10, 0), (-3, -2, -1)])
+def test_the_cli_eagle3_bounds_are_the_policys(depth, topk, total):
+    """The torch-free flag check refuses exactly what :class:`Eagle3Policy` refuses."""
+    from bastion.speculative.methods import Eagle3Policy
+
+    assert _accepts(check_eagle3_tree, depth, topk, total) == _accepts(Eagle3Policy, depth, topk, total)
+
+
+@pytest.mark.parametrize("topk", [-1, 0, 1, 64, 128, 129])
+def test_the_cli_topk_bounds_are_the_tree_policys(topk):
+    from bastion.speculative.tree import TreePolicy
+
+    assert _accepts(check_topk, topk) == _accepts(lambda k: TreePolicy(topk=k), topk)

@@ -12,6 +12,7 @@ import shutil
 
 import pytest
 
+from bastion.runs import runner
 from bastion.runs.cell import decode_cell
 from bastion.runs.run import DecodeRun
 from bastion.runs.session import Session
@@ -27,6 +28,14 @@ TIMING_NOTES = {"prefill_reused"}
 def data(tmp_path):
     path = tmp_path / "prompts.jsonl"
     path.write_text("".join(json.dumps(p) + "\n" for p in PROMPTS))
+    return path
+
+
+@pytest.fixture()
+def single_turn(tmp_path):
+    """One turn per prompt: the runs of a cell need no history and advance in turn."""
+    path = tmp_path / "single.jsonl"
+    path.write_text("".join(json.dumps({"turns": p["turns"][:1]}) + "\n" for p in PROMPTS))
     return path
 
 
@@ -47,12 +56,12 @@ def _content(path):
 @pytest.mark.parametrize("engine", ["static", "eager"])
 def test_a_session_loads_once_and_writes_the_records_of_runs_alone(data, tmp_path, engine):
     out = tmp_path / "out"
-    for run in _runs(data, out, engine=engine):  # each run alone, as the per-method jobs do
+    for run in _runs(data, out, history=True, engine=engine):  # each run alone, as the per-method jobs do
         run.execute()
     alone = {m: _content(out / f"{m}.jsonl") for m in METHODS}
     shutil.rmtree(out)
     session = Session(METHODS)
-    for run in _runs(data, out, engine=engine):
+    for run in _runs(data, out, history=True, engine=engine):
         run.execute(session)
     kinds = [key[0] for key in session.loaded]
     # one target, tokenizer, drafter, EAGLE-3 head and engine for all four runs
@@ -75,18 +84,18 @@ def test_a_cell_takes_ar_histories_and_resumes_each_method(data, tmp_path, monke
     shutil.rmtree(out)
 
     # a cell killed in dflash's second prompt: AR and EAGLE-3 are done, dflash half
-    real = DecodeRun._decode_prompt
+    real = runner.decode_prompt
 
-    def dies(self, idx, *args, **kw):
-        if self.methods == ("dflash",) and idx == 1:
+    def dies(run, idx, *args, **kw):
+        if run.methods == ("dflash",) and idx == 1:
             raise KeyboardInterrupt
-        return real(self, idx, *args, **kw)
+        return real(run, idx, *args, **kw)
 
-    monkeypatch.setattr(DecodeRun, "_decode_prompt", dies)
+    monkeypatch.setattr(runner, "decode_prompt", dies)
     with pytest.raises(KeyboardInterrupt):
         decode_cell(_runs(data, out, history=True))
     assert (out / "ar.jsonl.partial").exists() and (out / "dflash.jsonl.partial").exists()
-    monkeypatch.setattr(DecodeRun, "_decode_prompt", real)
+    monkeypatch.setattr(runner, "decode_prompt", real)
     for path in out.glob("*.jsonl"):  # Snakemake deletes the outputs of a failed job
         path.unlink()
     runs = _runs(data, out, history=True)
@@ -103,23 +112,24 @@ def test_a_cell_takes_ar_histories_and_resumes_each_method(data, tmp_path, monke
     assert not list(out.glob("*.partial"))  # gone once the whole cell is written
 
 
-def test_a_cell_without_histories_decodes_prompt_by_prompt_and_resumes(data, tmp_path, monkeypatch, capsys):
+def test_a_cell_without_histories_decodes_prompt_by_prompt_and_resumes(single_turn, tmp_path, monkeypatch, capsys):
     """Runs on the same prompts advance in turn (AR, the others, then the next prompt); files as alone."""
+    data = single_turn
     out = tmp_path / "cell"
     for run in _runs(data, out):
         run.execute()
     alone = {m: _content(out / f"{m}.jsonl") for m in METHODS}
     shutil.rmtree(out)
-    order, real = [], DecodeRun._decode_prompt
+    order, real = [], runner.decode_prompt
 
-    def logged(self, idx, *args, **kw):
-        order.append((self.methods[0], idx))
-        if self.methods == ("dflash",) and idx == 1 and kill["on"]:
+    def logged(run, idx, *args, **kw):
+        order.append((run.methods[0], idx))
+        if run.methods == ("dflash",) and idx == 1 and kill["on"]:
             raise KeyboardInterrupt
-        return real(self, idx, *args, **kw)
+        return real(run, idx, *args, **kw)
 
     kill = {"on": True}
-    monkeypatch.setattr(DecodeRun, "_decode_prompt", logged)
+    monkeypatch.setattr(runner, "decode_prompt", logged)
     with pytest.raises(KeyboardInterrupt):  # killed in dflash's second prompt
         decode_cell(_runs(data, out))
     assert order == [(m, 0) for m in METHODS] + [("ar", 1), ("eagle3", 1), ("dflash", 1)]

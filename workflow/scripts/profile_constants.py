@@ -16,6 +16,6 @@ compile_cache.persist(snakemake.wildcards.hardware)  # before anything compiles:
 with job_log(snakemake.log[0]), pinned(p.device):
     cal = stages.profile_constants(
         snakemake.output[0], snakemake.wildcards.model, snakemake.input.model, snakemake.input.latency,
-        p.device, p.dtype, p.attn_impl, p.engine, p.n_min, p.seed,
+        p.device, p.dtype, p.attn_impl, p.engine, p.n_min, p.seed, n_max=p.n_max,
     )
     print(f"{describe_overheads(cal.overheads)}; {describe_baselines(cal.baselines)}")

@@ -1,0 +1,259 @@
+"""The device-side phases of one decode run: resolve, load, calibrate, decode with resume, gather.
+
+:class:`Runner` executes a :class:`~bastion.runs.settings.RunSettings` whose inputs
+passed :func:`bastion.runs.inputs.check_inputs`.  The checks that need the device or the
+models' configs (positions, the pair's fit, the calibration cache) still run before any
+weights load.  Under ``torchrun`` prompts are sharded round-robin by rank, rank 0
+calibrates while the others wait, and rank 0 gathers the records.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+
+from bastion.calibration import fingerprint
+from bastion.calibration.calibrate import calibrate
+from bastion.calibration.grid import MAX_HELDOUT_MAPE, Grid
+from bastion.calibration.store import Calibration, CalibrationError, calibration_path, check_writable
+from bastion.data.prompts import PromptBuilder
+from bastion.models import registry as models
+from bastion.progress import bar
+from bastion.results import records
+from bastion.runs.checks import UsageError, check_positions
+from bastion.runs.inputs import Inputs, dist
+from bastion.runs.session import Session, drafters
+from bastion.runs.settings import RunSettings
+from bastion.runs.turns import decode_prompt
+from bastion.speculative.tree import TreePolicy
+
+
+@dataclass
+class Plan:
+    """A run resolved for the device: its settings with no ``auto`` left, and what they imply."""
+
+    run: RunSettings  # resolved
+    inputs: Inputs
+    fingerprint: dict[str, Any]
+    cal_path: Path
+    longest: int  # the longest prompt plus its new tokens: what the buffers and the calibration must reach
+
+    @property
+    def adaptive(self) -> bool:
+        """BASTION's adaptive rule runs, so the run needs a calibration."""
+        return "bastion" in self.run.methods and self.run.budget is None
+
+    @property
+    def policy(self) -> TreePolicy:
+        run = self.run
+        return TreePolicy(n_min=run.n_min, n_max=run.n_max, topk=run.topk, budget=run.budget)
+
+
+class Runner:
+    """One run, phase by phase; :meth:`steps` yields each decoded prompt's index."""
+
+    def __init__(self, run: RunSettings, inputs: Inputs, session: Session | None = None) -> None:
+        self.given, self.inputs = run, inputs
+        self.session = session or Session(run.methods)
+        self.rank, self.world, self.local_rank = dist()
+        quiet = run.quiet or self.rank != 0
+        self.log: Callable[..., None] = (lambda *a: None) if quiet else (
+            lambda *a: print(*a, file=sys.stderr, flush=True))
+        self.records: list[dict[str, Any]] = []
+        self.block_size: int | None = None
+
+    def steps(self) -> Iterator[int]:
+        plan = self._plan()
+        loaded, engine = self._load(plan)
+        cal = self._calibrate(plan, engine) if plan.adaptive else None
+        yield from self._decode(plan, loaded, engine, cal)
+        self._finish(plan)
+
+    # ------------------------------------------------------------------------ resolve and check
+
+    def _plan(self) -> Plan:
+        """Every ``auto`` resolved, then the checks that read configs and the calibration cache."""
+        given, inputs = self.given, self.inputs
+        if self.world > 1 and not torch.distributed.is_initialized():
+            cuda = given.device.startswith("cuda") or (given.device == "auto" and torch.cuda.is_available())
+            torch.distributed.init_process_group(backend="nccl" if cuda else "gloo")
+        run = given.resolve(self.local_rank if self.world > 1 else None)
+        if _drafts(run) and inputs.drafter_ref is None:
+            raise UsageError("--draft-model is required for dflash/bastion unless --model is a registered pair")
+        check_positions(inputs.target_ref, run.max_new_tokens, run.block_size)  # from the config, before any weights
+        if _drafts(run):
+            models.check_pair_configs(inputs.target_ref, inputs.drafter_ref)  # the pair's fit, from the configs alone
+        # the longest prompt plus its new tokens sizes the static buffers and the calibration grid
+        longest = PromptBuilder(self.session.tokenizer(inputs.target_ref), run.enable_thinking).longest_context(
+            inputs.prompts, run.max_new_tokens)
+        fp_now = fingerprint.collect(torch.device(run.device), getattr(torch, run.dtype), run.attn_impl, run.engine)
+        cal_path = Path(run.calibration) if run.calibration else calibration_path(
+            run.cache_dir, run.hardware, inputs.model_name, run.engine, run.temperature)
+        plan = Plan(run, inputs, fp_now, cal_path, longest)
+        if plan.adaptive:
+            self._check_calibration(plan)
+        return plan
+
+    def _check_calibration(self, plan: Plan) -> None:
+        """A stale, unreadable, wrong-temperature or too narrow calibration fails here, before loading weights."""
+        run, path = plan.run, plan.cal_path
+        if run.calibration and not path.exists():
+            raise UsageError(f"--calibration {path} does not exist; omit it to calibrate into --cache-dir")
+        if self.rank == 0 and (run.calibration or not run.recalibrate):
+            if path.exists():
+                _trusted(plan)
+            else:
+                check_writable(run.cache_dir, path)
+
+    # ------------------------------------------------------------------------ load
+
+    def _load(self, plan: Plan):
+        """Target, tokenizer, drafters and the engine; returns (loaded, engine)."""
+        run, inputs, policy = plan.run, plan.inputs, plan.policy
+        loaded = self.session.models(run.methods, inputs.target_ref, inputs.drafter_ref, inputs.eagle3_ref,
+                                     getattr(torch, run.dtype), torch.device(run.device), run.attn_impl,
+                                     run.block_size, run.eagle3_policy())
+        engine = self.session.engine(run.engine, loaded, n_max=max(policy.n_max, policy.budget or 0),
+                                     max_context=max(plan.longest, run.max_new_tokens + 2048))
+        return loaded, engine
+
+    # ------------------------------------------------------------------------ calibrate
+
+    def _calibrate(self, plan: Plan, engine) -> Calibration:
+        """The run's calibration: rank 0 measures it when asked or missing, the other ranks wait."""
+        run, path, fp_now, name = plan.run, plan.cal_path, plan.fingerprint, plan.inputs.model_name
+        if self.rank == 0 and not run.calibration and (run.recalibrate or not path.exists()):
+            check_writable(run.cache_dir, path)
+            grid = Grid.named(run.calib_grid).covering(plan.longest)
+            self.log(f"[calibrate] no calibration for ({fingerprint.hardware_key(fp_now)}, {name}); "
+                     f"measuring on {fp_now['device_name']} ({run.calib_grid} grid)")
+            cal = calibrate(name, fp_now, grid, engine, plan.policy, log=self.log, seed=run.seed,
+                            progress=not run.quiet, temperature=run.temperature,
+                            max_heldout_mape=None if run.accept_calibration_error else MAX_HELDOUT_MAPE)
+            cal.save(path)
+            self.log(f"[calibrate] wrote {path} ({cal.seconds:.1f}s)")
+        if self.world > 1:
+            torch.distributed.barrier()  # the other ranks wait for rank 0's calibration
+        if not path.exists():
+            raise CalibrationError(f"calibration {path} was not created")
+        return _trusted(plan)
+
+    # ------------------------------------------------------------------------ decode
+
+    def _decode(self, plan: Plan, loaded, engine, cal: Calibration | None) -> Iterator[int]:
+        """Every prompt of this rank's shard not already in the partial file, appended as it finishes."""
+        run, inputs, policy = plan.run, plan.inputs, plan.policy
+        if cal is not None and cal.max_s < policy.n_max:
+            # never extrapolate the cost model past the largest tree it was fitted on
+            policy = replace(policy, n_max=max(cal.max_s, policy.n_min))
+        decoders = {m: engine.decoder(m, policy, cal and cal.cost_model, cal and cal.overheads) for m in run.methods}
+        settings = run_settings(plan, loaded.drafter)
+        self.block_size = settings["block_size"]
+        base = record_base(plan, settings, policy, cal, self.rank, self.world)
+        shard_i, shard_n = run.shard
+        mine = [i for i in range(len(inputs.prompts)) if i % shard_n == shard_i and (i // shard_n) % self.world == self.rank]
+        # a partial file set aside is said even with --quiet: the run starts over instead of resuming
+        done = records.resume(inputs.part, base["run_key"], settings, _notice) if inputs.part else []
+        finished = records.completed_prompts(done, {i: len(inputs.prompts[i]["turns"]) for i in mine}, run.methods)
+        self.records = [r for r in done if r["prompt_index"] in finished]
+        if finished:
+            self.log(f"[resume] {len(finished)} of {len(mine)} prompts already done in {inputs.part}")
+        builder = PromptBuilder(loaded.tokenizer, run.enable_thinking)
+        stops = builder.stop_ids(loaded.target)
+        todo = [i for i in mine if i not in finished]
+        with bar(len(todo), f"decode {'/'.join(run.methods)}", "prompt", enabled=not run.quiet and self.rank == 0) as shown:
+            tokens = seconds = 0.0
+            for idx in todo:
+                recs = decode_prompt(run, idx, inputs.prompts[idx], decoders, builder, stops, base,
+                                     inputs.history and inputs.history.answers)
+                if inputs.part:
+                    records.append_records(inputs.part, recs)
+                self.records.extend(recs)
+                tokens += sum(len(r["output_ids"]) for r in recs)
+                seconds += sum(r["decode_seconds"] for r in recs)
+                shown.set_postfix(tok_s=f"{tokens / max(seconds, 1e-9):.1f}", refresh=False)
+                shown.update()
+                yield idx
+
+    # ------------------------------------------------------------------------ gather, write, summarise
+
+    def _finish(self, plan: Plan) -> None:
+        run, inputs = plan.run, plan.inputs
+        if self.world > 1:
+            gathered: list[Any] = [None] * self.world
+            torch.distributed.all_gather_object(gathered, self.records)
+            self.records = [r for chunk in gathered for r in chunk]
+        if self.rank == 0:
+            if inputs.out_path:
+                records.finalise(inputs.out_path, self.records, keep_partial=run.keep_partial)
+            if not run.quiet:
+                print(records.format_summary(records.summarise(self.records, run.methods), self.block_size or 1))
+        if self.world > 1:
+            torch.distributed.barrier()
+            if inputs.out_path and inputs.part:
+                inputs.part.unlink(missing_ok=True)
+
+
+def _notice(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _trusted(plan: Plan) -> Calibration:
+    """The calibration file, refused (naming the fix) if made on another stack, for the other
+    temperature class, at another ``n_min`` or for shorter contexts than this run reaches."""
+    run, path = plan.run, plan.cal_path
+    cal = Calibration.load(path, current=plan.fingerprint)
+    cal.check_temperature(run.temperature, path)
+    cal.check_covers(run.n_min, plan.longest, path, given=run.calibration is not None)
+    return cal
+
+
+def _drafts(run: RunSettings) -> bool:
+    """A method of the run drafts with the DFlash drafter."""
+    return "dflash" in drafters(run.methods)
+
+
+def run_settings(plan: Plan, drafter) -> dict[str, Any]:
+    """The settings that shape a run's outputs: their hash is the records' ``run_key`` (resume)."""
+    run, inputs = plan.run, plan.inputs
+    settings = {
+        "model": inputs.target_ref, "draft_model": inputs.drafter_ref if _drafts(run) else None, "dataset": run.dataset,
+        "max_samples": run.max_samples, "data_seed": run.data_seed, "max_new_tokens": run.max_new_tokens,
+        "temperature": run.temperature, "block_size": drafter.block_size if drafter else None,
+        "methods": list(run.methods), "policy": [run.n_min, run.n_max, run.topk, run.budget], "seed": run.seed,
+        "thinking": run.enable_thinking,
+    }
+    if "eagle3" in run.methods:  # only then, so the run keys of runs without EAGLE-3 stay as they were
+        settings["eagle3"] = [inputs.eagle3_ref, run.eagle3_depth, run.eagle3_topk, run.eagle3_total_tokens]
+    if inputs.history is not None:  # the later turns' prompts depend on its answers (not on its path)
+        settings["history"] = inputs.history.digest
+    # what ran them: a partial file of another engine, dtype, device, stack, code or prompts never resumes
+    settings.update({
+        "engine": run.engine, "dtype": run.dtype, "device": torch.device(run.device).type, "hardware": run.hardware,
+        "fingerprint": {k: plan.fingerprint.get(k) for k in fingerprint.COMPARED},
+        "code": fingerprint.source_digest(), "prompts": inputs.prompts_digest,
+    })
+    return settings
+
+
+def record_base(plan: Plan, settings: dict[str, Any], policy: TreePolicy, cal: Calibration | None,
+                rank: int, world: int) -> dict[str, Any]:
+    """The fields every record of the run carries besides its own prompt, turn and method."""
+    run, inputs = plan.run, plan.inputs
+    need_eagle3 = "eagle3" in run.methods
+    return {
+        "run_key": records.run_key(settings), "run_settings": settings, "model": inputs.model_name,
+        "target": inputs.target_ref,
+        "draft_model": settings["draft_model"], "dataset_arg": run.dataset, "rank": rank, "world_size": world,
+        "temperature": run.temperature, "max_new_tokens": run.max_new_tokens, "max_samples": run.max_samples,
+        "data_seed": run.data_seed, "block_size": settings["block_size"], "hardware": run.hardware,
+        "fingerprint": plan.fingerprint, "budget": run.budget, "n_min": policy.n_min, "n_max": policy.n_max,
+        "eagle3_model": inputs.eagle3_ref if need_eagle3 else None,
+        "eagle3_tree": [run.eagle3_depth, run.eagle3_topk, run.eagle3_total_tokens] if need_eagle3 else None,
+        "calibration": None if cal is None else {"params": cal.cost_model.to_dict()["params"],
+                                                 "t_draft": cal.overheads.t_draft, "t_other": cal.overheads.t_other},
+    }

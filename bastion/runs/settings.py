@@ -1,0 +1,157 @@
+"""A decode run's settings: every knob, checked, and every ``auto`` made concrete for the device.
+
+:class:`RunSettings` holds every knob of a run (field names are the CLI's flags).
+:meth:`RunSettings.validate` needs neither torch nor a model, so the CLI refuses a bad
+flag in a fraction of a second; :meth:`RunSettings.resolve` turns every ``auto`` into its
+value on the device, by the rules of :data:`AUTO_RULES`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from bastion.data.registry import DEFAULT_SEED
+from bastion.defaults import EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS, METHODS, N_MAX, TOPK
+from bastion.engines.choice import check_engine, resolve_engine
+from bastion.runs.checks import (
+    UsageError,
+    check_at_least,
+    check_eagle3_tree,
+    check_model_folder,
+    check_n_min,
+    check_temperature,
+    check_topk,
+    parse_methods,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+    from bastion.speculative.methods import Eagle3Policy
+
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+
+
+@dataclass
+class RunSettings:
+    """Every setting of one run; field names are the CLI's flags (``--max-new-tokens`` -> max_new_tokens)."""
+
+    model: str
+    dataset: str
+    draft_model: str | None = None
+    methods: tuple[str, ...] = METHODS
+    max_samples: int | None = None
+    max_new_tokens: int = 2048
+    temperature: float = 0.0
+    block_size: int | None = None
+    enable_thinking: bool = False
+    device: str = "auto"  # auto: the first GPU, else the CPU
+    dtype: str = "auto"  # auto: bf16 on a GPU, fp32 on a CPU
+    output: str | None = None
+    cache_dir: str = "cache"
+    attn_impl: str = "sdpa"
+    engine: str = "auto"  # auto: the device's fastest (engines.choice)
+    n_min: int | str = "auto"  # auto: sized for the device (defaults.resolve_n_min)
+    n_max: int = N_MAX
+    topk: int = TOPK
+    budget: int | None = None
+    calib_grid: str = "auto"  # auto: paper on a GPU, small on a CPU
+    recalibrate: bool = False
+    calibration: str | None = None
+    hardware: str = "auto"  # auto: the device's key, from its fingerprint
+    model_name: str | None = None
+    dataset_name: str | None = None
+    step_times: bool = False
+    seed: int = 0
+    data_seed: int = DEFAULT_SEED
+    shard: tuple[int, int] = (0, 1)
+    quiet: bool = False
+    eagle3_model: str | None = None
+    eagle3_depth: int = EAGLE3_DEPTH
+    eagle3_topk: int = EAGLE3_TOPK
+    eagle3_total_tokens: int = EAGLE3_TOTAL_TOKENS
+    history_from: str | None = None  # AR's records: turn-k prompts carry its answers to turns 1..k-1
+    accept_calibration_error: bool = False  # keep a calibration that fails the held-out error gate
+    keep_partial: bool = False  # keep <output>.partial after the output is written (a cell job resumes from it)
+
+    def validate(self) -> None:
+        """Settings checks that need no model, data, device or torch."""
+        self.methods = parse_methods(self.methods)
+        check_temperature(self.temperature)
+        check_at_least("--max-new-tokens", self.max_new_tokens, 1)
+        check_at_least("--max-samples", self.max_samples, 1, " (omit it to decode every prompt)")
+        if self.budget is not None and self.budget < 1:
+            raise UsageError(f"--budget must be >= 1 node, got {self.budget}")
+        check_n_min(self.n_min, self.n_max)
+        check_topk(self.topk)
+        check_eagle3_tree(self.eagle3_depth, self.eagle3_topk, self.eagle3_total_tokens)
+        if self.dtype not in DTYPES:
+            raise UsageError(f"--dtype {self.dtype!r}: choose from {', '.join(DTYPES)}")
+        try:
+            check_engine(self.engine)
+        except ValueError as exc:
+            raise UsageError(f"--engine: {exc}") from None
+        for flag, ref in (("--model", self.model), ("--draft-model", self.draft_model),
+                          ("--eagle3-model", self.eagle3_model)):
+            check_model_folder(flag, ref)
+        if self.history_from is not None and not Path(self.history_from).is_file():
+            raise UsageError(f"history records {self.history_from} do not exist; decode AR first (it writes them)")
+
+    def resolve(self, local_rank: int | None = None) -> RunSettings:
+        """A copy with every ``auto`` made concrete for the device, after :meth:`validate`.
+
+        The device resolves first (``local_rank``: this process's GPU under torchrun);
+        each later rule of :data:`AUTO_RULES` sees the values resolved before it.
+        """
+        self.validate()
+        from bastion.calibration import hardware
+
+        device = hardware.resolve_device(self.device, local_rank)
+        run = replace(self, device=str(device))
+        for name, rule in AUTO_RULES:
+            if getattr(run, name) == "auto":
+                run = replace(run, **{name: rule(run, device)})
+        return run
+
+    def eagle3_policy(self) -> Eagle3Policy:
+        from bastion.speculative.methods import Eagle3Policy
+
+        try:
+            return Eagle3Policy(self.eagle3_depth, self.eagle3_topk, self.eagle3_total_tokens)
+        except ValueError as exc:
+            raise UsageError(f"--eagle3-depth/--eagle3-topk/--eagle3-total-tokens: {exc}") from None
+
+
+def _dtype(run: RunSettings, device: torch.device) -> str:
+    from bastion.calibration import hardware
+
+    return str(hardware.resolve_dtype(run.dtype, device)).removeprefix("torch.")
+
+
+def _n_min(run: RunSettings, device: torch.device) -> int:
+    return int(check_n_min(run.n_min, run.n_max, gpu=device.type == "cuda"))
+
+
+def _calib_grid(run: RunSettings, device: torch.device) -> str:
+    return "paper" if device.type == "cuda" else "small"
+
+
+def _hardware(run: RunSettings, device: torch.device) -> str:
+    import torch
+
+    from bastion.calibration import fingerprint
+
+    return fingerprint.hardware_key(fingerprint.collect(device, getattr(torch, run.dtype), run.attn_impl, run.engine))
+
+
+# Each ``auto`` knob and the rule that makes it concrete, in order (a rule sees the values
+# resolved before it; the device always comes first).  A new ``auto`` knob adds a line here.
+AUTO_RULES: tuple[tuple[str, Callable[[RunSettings, Any], Any]], ...] = (
+    ("dtype", _dtype),
+    ("engine", lambda run, device: resolve_engine(run.engine, device)),
+    ("n_min", _n_min),
+    ("calib_grid", _calib_grid),
+    ("hardware", _hardware),
+)

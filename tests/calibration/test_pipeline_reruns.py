@@ -1,0 +1,39 @@
+"""The pipeline's calibration reruns when what it must cover changes: n_min, or the contexts.
+
+A decode job refuses a calibration made at another ``n_min`` or for shorter contexts
+(:meth:`~bastion.calibration.store.Calibration.check_covers`), so the calibration rule
+must rerun first: ``n_min`` and ``n_max`` reach it through ``params:``, and the grid's
+contexts follow from the datasets (inputs), ``max_new_tokens`` and the grid (params).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.support.pipeline_support import copy_checkout, hardware_key, planned, smk
+
+UNTIL = ["--until", "calibrate_model", "--", "figures/speedup_table.pdf"]
+
+
+@pytest.mark.slow
+def test_calibration_reruns_when_n_min_or_the_contexts_change(tmp_path):
+    work = copy_checkout(tmp_path / "work")
+    fast = tmp_path / "fast.yaml"  # the tiny grid: this test is about the DAG, not the fit
+    fast.write_text("accept_calibration_error: true\nexperiments:\n  tiny:\n    calibration_grid: tiny\n")
+    base = ["--configfile", "config.yaml", str(fast)]
+    smk(work, "--cores", "1", *base, *UNTIL)
+    cal = json.loads((work / "results" / hardware_key(work) / "tiny" / "calibration.json").read_text())
+    assert cal["n_min"] == 16 and cal["probe_sizes"] == [32, 128, 512]
+    assert cal["max_context"] == cal["grid"]["c_values"][-1]
+    assert planned(work, *base, *UNTIL) == {}  # nothing changed: nothing to do
+
+    def plan_with(yaml_text: str) -> dict[str, int]:
+        other = tmp_path / "other.yaml"
+        other.write_text(yaml_text)
+        return planned(work, *base, str(other), *UNTIL)
+
+    assert plan_with("experiments:\n  tiny:\n    n_min: 8\n") == {"calibrate_model": 1}
+    assert plan_with("experiments:\n  tiny:\n    n_max: 256\n") == {"calibrate_model": 1}
+    assert plan_with("experiments:\n  tiny:\n    max_new_tokens: 4096\n") == {"calibrate_model": 1}
