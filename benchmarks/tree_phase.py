@@ -24,7 +24,7 @@ from bastion.engines.static_attention import grouped_attention
 from bastion.engines.static_decoder import StaticDecoder
 from bastion.engines.static_engine import StaticEngine
 from bastion.models.target import Target
-from bastion.speculative.tree import TreePolicy
+from bastion.speculative.policy import TreePolicy
 from benchmarks.shapes import random_pair
 from benchmarks.static_engine import Report, event_medians, section_ar, section_overhead
 

@@ -23,7 +23,7 @@ from bastion.calibration.overheads import (
 from bastion.calibration.peaks import measure_peaks
 from bastion.calibration.store import Calibration
 from bastion.costmodel.roofline import ModelShape
-from bastion.speculative.tree import TreePolicy
+from bastion.speculative.policy import TreePolicy
 
 if TYPE_CHECKING:
     from bastion.engines.factory import Engine

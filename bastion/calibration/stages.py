@@ -30,7 +30,7 @@ from bastion.data.formats import read_jsonl
 from bastion.data.prompts import PromptBuilder
 from bastion.engines.choice import resolve_engine
 from bastion.models import registry as models
-from bastion.speculative.tree import TreePolicy
+from bastion.speculative.policy import TreePolicy
 
 
 def read_json(path: str | Path) -> dict[str, Any]:

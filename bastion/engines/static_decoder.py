@@ -36,8 +36,9 @@ from bastion.engines.static_engine import StaticEngine
 from bastion.results.generation import GenerationResult, StepStats
 from bastion.speculative.accept import emitted_tokens, propose
 from bastion.speculative.path_rank import layout
+from bastion.speculative.policy import TreePolicy
 from bastion.speculative.rule import bucket_size, search_width, wider_search
-from bastion.speculative.tree import TreePolicy, topk_width
+from bastion.speculative.tree import topk_width
 
 
 class StaticDecoder:

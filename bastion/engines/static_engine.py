@@ -48,7 +48,8 @@ from bastion.models.eagle3 import Eagle3Drafter
 from bastion.models.target import Target
 from bastion.speculative.accept import accept
 from bastion.speculative.best_first import Walk
-from bastion.speculative.tree import Tree, TreePolicy
+from bastion.speculative.policy import TreePolicy
+from bastion.speculative.tree import Tree
 from dflash import DFlashDraftModel
 
 

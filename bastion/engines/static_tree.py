@@ -21,7 +21,8 @@ from bastion.defaults import torch_references_forced
 from bastion.engines.kernels import row_argmax
 from bastion.speculative.best_first import tree_arrays, walk
 from bastion.speculative.path_rank import ranked_count, top_paths
-from bastion.speculative.tree import TreePolicy, chain_tree, draft_topk, paths_tree
+from bastion.speculative.policy import TreePolicy
+from bastion.speculative.tree import chain_tree, draft_topk, paths_tree
 
 if TYPE_CHECKING:
     from bastion.engines.static_engine import StaticEngine

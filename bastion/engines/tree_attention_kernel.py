@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from bastion.engines.static_attention import kernel_layout
+from bastion.engines.attention_layout import kernel_layout
 
 BLOCK_N = 32  # keys per block
 
@@ -133,7 +133,7 @@ def tree_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, 
     if not kernel_layout(query, key, value, mask):
         raise ValueError(f"tree_attention cannot read query {tuple(query.shape)} (contiguous: {query.is_contiguous()}), "
                          f"key/value {tuple(key.shape)} or a {mask.dtype} mask as laid out; "
-                         "see bastion.engines.static_attention.kernel_layout")
+                         "see bastion.engines.attention_layout.kernel_layout")
     rows = g * s
     if programs is None:
         programs = _programs(query.device.index if query.device.type == "cuda" else 0)

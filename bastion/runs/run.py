@@ -37,7 +37,7 @@ from bastion.runs.checks import UsageError, check_n_min, check_positions, load_h
 from bastion.runs.session import Session
 from bastion.results import records
 from bastion.speculative.methods import Eagle3Policy, method_spec
-from bastion.speculative.tree import TreePolicy
+from bastion.speculative.policy import TreePolicy
 
 
 def _dist() -> tuple[int, int, int]:

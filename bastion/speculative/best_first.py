@@ -32,7 +32,7 @@ import numpy as np
 from bastion.speculative.rule import bucket_pair
 
 if TYPE_CHECKING:
-    from bastion.speculative.tree import TreePolicy
+    from bastion.speculative.policy import TreePolicy
 
 
 @dataclass

@@ -18,7 +18,7 @@ import torch
 from bastion.defaults import torch_references_forced
 
 if TYPE_CHECKING:
-    from bastion.speculative.tree import TreePolicy
+    from bastion.speculative.policy import TreePolicy
 
 
 def count_nodes(

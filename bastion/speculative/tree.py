@@ -44,9 +44,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bastion.defaults import N_MAX, N_MIN, TOPK, TOPK_LIMIT, torch_references_forced
+from bastion.defaults import torch_references_forced
 from bastion.speculative.best_first import tree_arrays, walk
 from bastion.speculative.path_rank import ranked_count, top_paths
+from bastion.speculative.policy import TreePolicy
 from bastion.speculative.rule import (
     bucket_pair,
     bucket_size,
@@ -112,33 +113,9 @@ def root_tree(root: torch.Tensor) -> Tree:
     return chain_tree(root, root.new_empty(0))
 
 
-@dataclass(frozen=True)
-class TreePolicy:
-    """How many nodes to verify.
-
-    ``budget=None`` is BASTION's adaptive rule; ``budget=N`` takes the N most probable
-    nodes (root included), for the budget ablation.  ``topk`` caps the tokens considered
-    per depth (K <= 128).
-    """
-
-    n_min: int = N_MIN
-    n_max: int = N_MAX
-    topk: int = TOPK
-    bucket: bool = True
-    budget: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.n_min < 1 or self.n_max < self.n_min:
-            raise ValueError(f"need 1 <= n_min <= n_max, got n_min={self.n_min}, n_max={self.n_max}")
-        if not 1 <= self.topk <= TOPK_LIMIT:
-            raise ValueError(f"topk must be in 1..{TOPK_LIMIT}, got {self.topk}")
-        if self.budget is not None and self.budget < 1:
-            raise ValueError(f"budget must be >= 1 node, got {self.budget}")
-
-
 def topk_width(policy: TreePolicy, vocab: int) -> int:
     """Tokens considered per depth: the policy's cap, never more than the tree could hold."""
-    limit = policy.budget if policy.budget is not None else policy.n_max
+    limit = policy.limit
     return min(policy.topk, vocab, max(limit - 1, 1))
 
 
@@ -192,7 +169,7 @@ def build_tree_topk(
     """
     if policy.budget is None and cost_curve is None:
         raise ValueError("the adaptive tree needs a cost curve; pass budget=N for a fixed-size tree")
-    limit = policy.budget if policy.budget is not None else policy.n_max
+    limit = policy.limit
     # a fixed budget knows its size; the adaptive rule starts from the hint and widens if needed
     adaptive_hint = search_hint is not None and policy.budget is None
     m = search_width(search_hint, policy) if adaptive_hint else max(limit - 1, 1)
@@ -264,7 +241,7 @@ def build_tree_heap(
     node's within-depth key is (-logp, its parent's key, token rank).
     """
     d_max, vocab = draft_logprobs.shape
-    limit = policy.budget if policy.budget is not None else policy.n_max
+    limit = policy.limit
     k = topk_width(policy, vocab)
     logq, toks = draft_logprobs.topk(k, dim=-1)
     logq, toks = logq.tolist(), toks.tolist()

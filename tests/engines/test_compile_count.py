@@ -21,7 +21,7 @@ from bastion.engines import compiled
 from bastion.engines.static_decoder import StaticDecoder
 from bastion.engines.static_engine import StaticEngine
 from bastion.models.target import Target
-from bastion.speculative.tree import TreePolicy
+from bastion.speculative.policy import TreePolicy
 from tests.support.builders import tiny_drafter, tiny_target
 
 

@@ -21,7 +21,7 @@ from bastion.engines.static_decoder import StaticDecoder
 from bastion.engines.static_engine import StaticEngine
 from bastion.engines.static_layers import FusedLayers
 from bastion.models.target import Target
-from bastion.speculative.tree import TreePolicy
+from bastion.speculative.policy import TreePolicy
 from tests.support.builders import tiny_drafter, tiny_target
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,

@@ -21,7 +21,7 @@ from scipy.stats import chi2, chisquare, norm
 from bastion.engines import eager
 from bastion.engines.eager import EagerDecoder
 from bastion.models.target import Target
-from bastion.speculative.tree import TreePolicy
+from bastion.speculative.policy import TreePolicy
 from tests.support.builders import tiny_drafter, tiny_target
 
 VOCAB, NEW = 6, 3

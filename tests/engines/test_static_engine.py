@@ -20,7 +20,7 @@ from bastion.engines.static_cache import ContextTooLongError
 from bastion.engines.static_decoder import StaticDecoder
 from bastion.engines.static_engine import StaticEngine
 from bastion.models.target import Target
-from bastion.speculative.tree import TreePolicy
+from bastion.speculative.policy import TreePolicy
 from tests.support.builders import EOS_ID, tiny_drafter, tiny_target
 from tests.support.decoding import POLICIES, OracleDecoder, _ar, _cost_model
 

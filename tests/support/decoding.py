@@ -8,7 +8,7 @@ from bastion.costmodel.model import CostModel, CostParams, StepOverheads
 from bastion.costmodel.roofline import HardwarePeaks, ModelShape
 from bastion.engines.eager import EagerDecoder
 from bastion.models.target import Target
-from bastion.speculative.tree import TreePolicy
+from bastion.speculative.policy import TreePolicy
 
 
 class OracleDecoder(EagerDecoder):

@@ -24,7 +24,7 @@ from bastion.data.prompts import PromptBuilder
 from bastion.data.registry import load_prompts
 from bastion.models import registry
 from bastion.runs.session import Session
-from bastion.speculative.tree import TreePolicy
+from bastion.speculative.policy import TreePolicy
 
 
 def replay_us(graph, repeats: int = 200) -> float:
