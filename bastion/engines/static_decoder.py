@@ -12,7 +12,9 @@ issued after the final commit is discarded.  The emitted tokens, cut at stop tok
 The step asks its proposer for the draft (:mod:`bastion.engines.proposer`): the DFlash
 drafter's logits, or EAGLE-3's whole tree, on device state; the adaptive node count is
 the search of :mod:`bastion.speculative.search`, whose first ranking runs before the read
-and whose count arrives with the previous step's tokens.
+and whose count arrives with the previous step's tokens.  The first draft, over the whole
+prompt, is the first step's: its time is decode time, as on the eager engine (and in the
+original release's harness), never prefill time.
 
 Step times (``collect_stats``, :mod:`bastion.engines.step_clock`) come in two kinds.
 ``True`` synchronises the device at every phase boundary, so each phase is timed alone
@@ -57,6 +59,7 @@ class _Decode:
     steps: list[StepStats] = field(default_factory=list)
     marks: list[tuple] = field(default_factory=list)  # (stats, phase stamps) of every step
     pending: StepStats | None = None  # the verified step whose tokens are not read yet
+    prompt: tuple | None = None  # (ids [1, P], first token [1], features [1, P, F]) until the first draft reads them
     context: int = 0  # committed length, as the host last read it
     first_step: bool = True
     done: bool = False
@@ -134,7 +137,7 @@ class StaticDecoder:
                                 run.steps, reused)
 
     def _prefill(self, run: _Decode, ids: torch.Tensor, prompt_ids) -> bool:
-        """The prompt's forward (or its kept copy), the first token, the first draft; whether the prefill was a copy."""
+        """The prompt's forward (or its kept copy) and the first token; whether the prefill was a copy."""
         eng = self.engine
         last_hidden, feats, reused = eng.prefill(ids, self.proposer.name, prompt=prompt_ids)
         first = propose(self.target.logits(last_hidden), run.temperature, run.generator)  # [1]
@@ -142,7 +145,7 @@ class StaticDecoder:
         run.output.append(int(first.item()))
         if not run.greedy:
             eng.logits_buffer()  # allocated before any graph that writes it is captured
-        self.proposer.first(eng.runner, ids, first, feats)
+        run.prompt = (ids, first, feats)
         run.done = run.output[0] in run.stops or len(run.output) >= run.max_new_tokens
         run.stop_reason = "stop_token" if run.output[0] in run.stops else "max_new_tokens"
         return reused
@@ -151,7 +154,10 @@ class StaticDecoder:
         """Draft and rank, read the previous step back, then build, verify and commit this step's tree."""
         eng = self.engine
         ta = run.clock()
-        if not run.first_step:  # the first draft took in the prompt
+        if run.first_step:  # over the whole prompt, eagerly; decode time on every engine, as in the eager loop
+            self.proposer.first(eng.runner, *run.prompt)
+            run.prompt = None
+        else:
             self.proposer.step(eng.runner, run.context)
         tb = run.clock()
         m, got = self._rank_first(run)
