@@ -9,6 +9,8 @@ decoder, which is itself checked against AR and Transformers in test_decoding.py
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -243,6 +245,38 @@ def test_engine_factory_and_static_calibration_probe():
     assert eng.static.logits_buffer().shape[0] >= eng.static.n_max
     # the probe leaves the engine usable for decoding, with the same outputs as before
     assert eng.decoder("ar").generate([1, 2, 3], 10).output_ids == _ar(target, [1, 2, 3], 10)
+
+
+@pytest.mark.parametrize("name", ["eager", "static", "compiled"])
+def test_the_probe_times_the_sampling_at_t_above_0(monkeypatch, name):
+    """At T > 0 a probe's timed step samples a token at every node, as a sampling decode step does, so C(n)
+    holds that cost: a sampler made deliberately slow shows up in every timed call, and only at T > 0."""
+    from bastion.calibration.peaks import sample_times
+    from bastion.engines import eager, static_probe
+
+    delay = 0.2
+    model = tiny_target(seed=2)
+    engine = Engine(name, Target(model), tiny_drafter(model, block_size=4), n_max=16)
+    probe, module = engine.verify_probe(), eager if name == "eager" else static_probe
+    real, calls = module.propose, []
+
+    def slow(logits, temperature, generator=None):
+        calls.append((tuple(logits.shape), temperature))
+        time.sleep(delay)
+        return real(logits, temperature, generator)
+
+    monkeypatch.setattr(module, "propose", slow)
+    probe.reserve(64, nodes=8)
+    probe.at_context(16, 8, torch.Generator().manual_seed(0))
+    vocab = model.config.vocab_size
+    for s, temperature in ((5, 1.0), (8, 0.7), (5, 0.0)):
+        calls.clear()
+        times = sample_times(probe.probe(torch.arange(1, s + 1), 16, temperature=temperature), torch.device("cpu"), 1, 2)
+        if temperature > 0:
+            assert calls == [((s, vocab), temperature)] * 3  # the warm-up and both timed calls sample all s nodes
+            assert min(times) >= delay, times
+        else:
+            assert calls == [] and max(times) < delay, times
 
 
 @pytest.mark.parametrize("name", ["static", "compiled"])
