@@ -2,12 +2,13 @@
 
 Every step verifies a tree whose root is the last committed token: AR verifies the root
 alone, EAGLE-3 the head's own dynamic tree, DFlash the drafter's greedy block as a chain,
-BASTION a budget-aware tree.  One
-target forward, the acceptance walk of :mod:`bastion.speculative.accept`, then the commit: accepted
-nodes keep their KV entries (moved to contiguous positions) and their hidden states
-become the drafter's new context features.  Emitted tokens are cut at the first stop
+BASTION a budget-aware tree.  The draft comes from the method's proposer
+(:mod:`bastion.engines.proposer`), the tree from the method's tree kind.  One target
+forward, the acceptance walk of :mod:`bastion.speculative.accept`, then the commit:
+accepted nodes keep their KV entries (moved to contiguous positions) and their hidden
+states go to the proposer for its next draft.  Emitted tokens are cut at the first stop
 token and at ``max_new_tokens`` exactly as AR decoding would, so at temperature 0 all
-three methods return identical ids.
+methods return identical ids.
 """
 
 from __future__ import annotations

@@ -180,6 +180,7 @@ class StaticDecoder:
         self._verify_commit(run, n, kv, (ta, tb, tc))
 
     def _verify_commit(self, run: _Decode, n: int, kv: int, stamps: tuple) -> None:
+        """Verify the ``n``-node tree in window ``kv``, sample at T > 0, commit; the step's tokens are read next step."""
         eng, taps = self.engine, self.proposer.name
         eng.runner(("verify", n, kv, run.greedy, taps), lambda: eng.verify(n, kv, run.greedy, taps))
         td = run.clock()
