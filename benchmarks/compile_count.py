@@ -1,8 +1,8 @@
 """Which graphs a GPU run compiles in calibration and which are left for decoding, seen on a CPU.
 
 Runs ``python -m bastion.benchmark`` with every function the compiled engine compiles on
-CUDA compiled here too (Inductor's C++ backend: :func:`bastion.engines.compiled.fuse` with
-``compile=True``), and prints the frames Dynamo compiled during calibration and during
+CUDA compiled here too (Inductor's C++ backend: :meth:`bastion.engines.compiled.Compilation.choose`
+with ``compile=True``), and prints the frames Dynamo compiled during calibration and during
 decoding, and any graph breaks.  In a warm job worker the decode job pays only for the
 second set.  Add ``TORCH_LOGS=recompiles,dynamo`` to see which functions and why.
 
@@ -26,10 +26,10 @@ from bastion.engines import compiled
 
 
 def main(argv: list[str]) -> int:
-    fuse, calibrate = compiled.fuse, run_module.calibrate
+    choose, calibrate = compiled.Compilation.__dict__["choose"], run_module.calibrate  # the classmethod itself
 
-    def fuse_compiled(engine) -> None:
-        fuse(engine, compile=True)
+    def choose_compiled(cls, fused, device, compile=None) -> compiled.Compilation:
+        return choose.__func__(cls, fused, device, compile=True)
 
     def calibrate_counted(*args, **kwargs):
         t0 = time.perf_counter()
@@ -39,11 +39,11 @@ def main(argv: list[str]) -> int:
         counters["frames"].clear()
         return out
 
-    compiled.fuse, run_module.calibrate = fuse_compiled, calibrate_counted
+    compiled.Compilation.choose, run_module.calibrate = classmethod(choose_compiled), calibrate_counted
     try:
         status = benchmark.main(argv)
     finally:
-        compiled.fuse, run_module.calibrate = fuse, calibrate
+        compiled.Compilation.choose, run_module.calibrate = choose, calibrate
     print(f"[compile-count] decoding: {dict(counters['frames'])} frames; graph breaks: "
           f"{sum(counters['graph_break'].values())}", file=sys.stderr)
     return status

@@ -33,7 +33,6 @@ import torch
 
 from bastion.calibration.peaks import median_time
 from bastion.defaults import EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS
-from bastion.engines import static_eagle3
 from bastion.engines.static_decoder import StaticDecoder
 from bastion.engines.static_engine import StaticEngine
 from bastion.models.eagle3 import Eagle3Drafter
@@ -91,20 +90,21 @@ def section_depth(rep, e3, c, feat_dim, device, dtype, gen, args):
 
 
 def section_verify(rep, name, eng: StaticEngine, e3, c, cache, f1, t1, device, args):
-    n = eng.e3_size
+    drafts = eng.proposers["eagle3"]
+    n = drafts.tree_size
     eng.ensure_capacity(c + n, nodes=n)
     kv = eng.window(c + n)
-    eng.length.fill_(c)
-    eng.cache.length = c
-    static_eagle3.write_tree(eng, e3.tree(cache, f1, t1))  # a real drafted tree in the tree buffers
+    eng.buffers.length.fill_(c)
+    eng.buffers.cache.length = c
+    drafts.write_tree(e3.tree(cache, f1, t1))  # a real drafted tree in the tree buffers
     cache.crop(c)
     verify = lambda: eng.runner(("verify", n, kv, True, "eagle3"), lambda: eng.verify(n, kv, True, "eagle3"))  # noqa: E731
     tv, sv = median_time(verify, device, args.warmup, args.repeats)
 
     def commit():  # commit advances the committed length: put it back (outside the timed graph's work)
-        eng.runner(("commit", n, "eagle3"), lambda: eng.commit(n, "eagle3"), writes=eng.state())
-        eng.length.fill_(c)
-        eng.cache.length = c
+        eng.runner(("commit", n, "eagle3"), lambda: eng.steps.commit(n, "eagle3"), writes=eng.state())
+        eng.buffers.length.fill_(c)
+        eng.buffers.cache.length = c
     tc, _ = median_time(commit, device, args.warmup, args.repeats)
     rep.add("verify", {"engine": name, "context": c, "nodes": n, "kv_window": kv, "verify_ms": _ms(tv), "spread_ms": _ms(sv),
                        "commit_ms": _ms(tc)})

@@ -27,7 +27,7 @@ from bastion.data import registry as datasets
 from bastion.data.prompts import PromptBuilder
 from bastion.engines.factory import Engine
 from bastion.models import registry as models
-from bastion.speculative.tree import TreePolicy
+from bastion.speculative.policy import TreePolicy
 
 SETS = ("humaneval-pkg", "stdlib-heldout")
 CURVE_SIZES = (1, 4, 8, 12, 16, 20, 24, 32, 48, 64)

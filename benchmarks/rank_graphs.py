@@ -24,7 +24,7 @@ from bastion.data.prompts import PromptBuilder
 from bastion.data.registry import load_prompts
 from bastion.models import registry
 from bastion.runs.session import Session
-from bastion.speculative.tree import TreePolicy
+from bastion.speculative.policy import TreePolicy
 
 
 def replay_us(graph, repeats: int = 200) -> float:
@@ -106,7 +106,7 @@ def main() -> None:
     # the rank step eagerly, under the profiler: how many kernels each form launches
     for m in sorted({k[1] for k in eng.runner.graphs if k[0] == "rank"}):
         for name, policy in (("rule", base), ("budget", replace(base, budget=128))):
-            n = kernels_in(lambda: eng.rank(m, policy, cal.cost_model, cal.overheads.fixed))
+            n = kernels_in(lambda: eng.tree_phase.rank(m, policy, cal.cost_model, cal.overheads.fixed))
             print(f"rank m={m} {name}: {n} kernels eagerly")
     sys.stdout.flush()
 

@@ -38,7 +38,7 @@ from bastion.engines.static_decoder import StaticDecoder
 from bastion.engines.static_engine import StaticEngine
 from bastion.engines.static_probe import StaticProbe
 from bastion.models.target import Target
-from bastion.speculative.tree import TreePolicy
+from bastion.speculative.policy import TreePolicy
 from benchmarks.shapes import random_pair
 
 class Report:

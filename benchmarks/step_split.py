@@ -20,7 +20,7 @@ import torch
 
 from bastion.engines.eager import EagerDecoder
 from bastion.models.target import Target
-from bastion.speculative.tree import TreePolicy
+from bastion.speculative.policy import TreePolicy
 from benchmarks.shapes import random_pair
 
 PHASES = ("t_draft", "t_tree", "t_verify", "t_accept", "t_commit")

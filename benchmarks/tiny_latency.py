@@ -14,7 +14,7 @@ from bastion.data import registry as datasets
 from bastion.data.prompts import PromptBuilder
 from bastion.engines.eager import EagerDecoder
 from bastion.models import registry as models
-from bastion.speculative.tree import TreePolicy
+from bastion.speculative.policy import TreePolicy
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ from bastion.data import registry as datasets
 from bastion.data.prompts import PromptBuilder
 from bastion.engines.factory import Engine
 from bastion.models import registry as models
-from bastion.speculative.tree import TreePolicy
+from bastion.speculative.policy import TreePolicy
 
 PHASES = ("t_draft", "t_tree", "t_verify", "t_accept", "t_commit")
 

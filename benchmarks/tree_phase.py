@@ -24,7 +24,7 @@ from bastion.engines.static_attention import grouped_attention
 from bastion.engines.static_decoder import StaticDecoder
 from bastion.engines.static_engine import StaticEngine
 from bastion.models.target import Target
-from bastion.speculative.tree import TreePolicy
+from bastion.speculative.policy import TreePolicy
 from benchmarks.shapes import random_pair
 from benchmarks.static_engine import Report, event_medians, section_ar, section_overhead
 
@@ -138,7 +138,7 @@ def section_phases(rep, engine, prompt, nodes: int) -> None:
         total = 0.0
         # the last graph of each function: earlier ones were captured for smaller attention windows
         latest = {key[0]: (key, graph) for key, graph in engine.runner.graphs.items()}
-        length = int(engine.length)
+        length = int(engine.buffers.length)
         for key, graph in latest.values():
             window_need = {"verify": lambda: length + key[1] <= key[2], "draft": lambda: length + engine.block <= key[1]}
             if not window_need.get(key[0], lambda: True)():  # the graph's window no longer holds the state
@@ -166,18 +166,19 @@ def section_variants(rep, engine, prompt, nodes: int) -> None:
 
     StaticDecoder(engine, "bastion", TreePolicy(budget=nodes)).generate(prompt, 4)  # real draft, top-k table, paths
 
-    x = engine.draft_out  # [D, V] draft logits
-    k = engine.topk
+    phase = engine.tree_phase
+    x = phase.draft_out  # [D, V] draft logits
+    k = phase.topk
 
     def select_softmax():  # the previous form: log-probabilities of the whole vocabulary, then top-k
         v, i = torch.log_softmax(x.float(), dim=-1).topk(k, dim=-1)
-        engine.logq.copy_(v)
-        engine.top_tok.copy_(i)
+        phase.logq.copy_(v)
+        phase.top_tok.copy_(i)
 
     def select_topk_first():
         v, i = draft_topk(x, 0.0, k)
-        engine.logq.copy_(v)
-        engine.top_tok.copy_(i)
+        phase.logq.copy_(v)
+        phase.top_tok.copy_(i)
 
     def two_stage(chunk):  # each chunk's top-k, then the top-k of those: the same values
         def fn():
@@ -188,8 +189,8 @@ def section_variants(rep, engine, prompt, nodes: int) -> None:
             i1 = i1 + (torch.arange(c, device=x.device) * chunk).repeat(d)[:, None]
             v2, j = v1.view(d, c * k).topk(k, dim=-1)
             lse = torch.logsumexp(x.float(), dim=-1, keepdim=True)
-            engine.logq.copy_(v2.float() - lse)
-            engine.top_tok.copy_(i1.view(d, c * k).gather(1, j))
+            phase.logq.copy_(v2.float() - lse)
+            phase.top_tok.copy_(i1.view(d, c * k).gather(1, j))
         return fn
 
     selects = [("select_softmax", select_softmax), ("select_topk_first", select_topk_first)]
@@ -199,17 +200,17 @@ def section_variants(rep, engine, prompt, nodes: int) -> None:
     if engine.device.type == "cuda":  # as the compiled engine runs it
         selects.append(("select_topk_first_compiled", torch.compile(select_topk_first)))
     select_topk_first()
-    want = engine.logq.clone()
+    want = phase.logq.clone()
     for name, fn in selects:
         row = {"variant": name, "us": graph_us(fn)}
         fn()
-        row["same_values_as_topk"] = bool(torch.equal(engine.logq, want))
+        row["same_values_as_topk"] = bool(torch.equal(phase.logq, want))
         rep.add("variants", row)
     for m in (31, nodes - 1, 2 * nodes - 1):
         for name, fn in (("torch", path_rank._rank_torch), ("triton", path_rank._rank_triton)):
             if name == "triton" and not fused.use_triton(engine.device):
                 continue
-            rep.add("variants", {"variant": f"rank_{name}_m{m}", "us": graph_us(lambda f=fn, mm=m: f(engine.logq, mm))})
+            rep.add("variants", {"variant": f"rank_{name}_m{m}", "us": graph_us(lambda f=fn, mm=m: f(phase.logq, mm))})
         if fused.use_triton(engine.device):  # program size: lanes and warps per program
             from bastion.speculative import path_rank_kernels as kern
 
@@ -217,20 +218,21 @@ def section_variants(rep, engine, prompt, nodes: int) -> None:
             for lanes, warps in ((512, 4), (1024, 4), (2048, 8), (4096, 8)):
                 kern.LANES, kern.WARPS = lanes, warps
                 rep.add("variants", {"variant": f"rank_triton_m{m}_lanes{lanes}_warps{warps}",
-                                     "us": graph_us(lambda mm=m: path_rank._rank_triton(engine.logq, mm))})
+                                     "us": graph_us(lambda mm=m: path_rank._rank_triton(phase.logq, mm))})
             kern.LANES, kern.WARPS = default
         if fused.use_triton(engine.device):  # same paths, bit for bit, also with many exact ties
-            tied = torch.sort(torch.randint(-40, 0, engine.logq.shape, device=engine.device).float() / 4,
+            tied = torch.sort(torch.randint(-40, 0, phase.logq.shape, device=engine.device).float() / 4,
                               dim=-1, descending=True).values
             same = [all(torch.equal(a, b) for a, b in zip(path_rank._rank_torch(q, m), path_rank._rank_triton(q, m)))
-                    for q in (engine.logq, tied)]
+                    for q in (phase.logq, tied)]
             rep.add("variants", {"variant": f"rank_triton_equals_torch_m{m}", "drafted": same[0], "tied": same[1]})
-    plain_build, plain_commit = StaticEngine.build, StaticEngine.commit
-    rep.add("variants", {"variant": f"build_plain_{nodes}", "us": graph_us(lambda: plain_build(engine, "bastion", nodes))})
-    rep.add("variants", {"variant": f"build_engine_{nodes}", "us": graph_us(lambda: engine.build(True, nodes))})
+    # plain: the step functions as written; engine: as the engine runs them (compiled on the compiled engine's CUDA)
+    rep.add("variants", {"variant": f"build_plain_{nodes}", "us": graph_us(lambda: phase.build(True, nodes))})
+    rep.add("variants", {"variant": f"build_engine_{nodes}", "us": graph_us(lambda: engine.steps.build(True, nodes))})
     st = engine.state()
-    rep.add("variants", {"variant": f"commit_plain_{nodes}", "us": graph_us(lambda: plain_commit(engine, nodes, True), restore=st)})
-    rep.add("variants", {"variant": f"commit_engine_{nodes}", "us": graph_us(lambda: engine.commit(nodes, True), restore=st)})
+    rep.add("variants", {"variant": f"commit_plain_{nodes}", "us": graph_us(lambda: engine.commit(nodes, "dflash"), restore=st)})
+    rep.add("variants", {"variant": f"commit_engine_{nodes}", "us": graph_us(lambda: engine.steps.commit(nodes, "dflash"),
+                                                                          restore=st)})
 
 
 def section_attention(rep, engine, contexts, sizes=(1, 16, 64, 128, 256, 512, 1024, 2048)) -> None:
@@ -340,11 +342,12 @@ def main(argv=None) -> int:
     prompts = {c: torch.randint(0, model.config.vocab_size - 2, (c,), generator=gen).tolist() for c in contexts}
     engine = StaticEngine(target, drafter, max_context=max(contexts) + 2048, n_max=1024, fused=True)
     rep.add("setup", {"gpu": torch.cuda.get_device_name() if gpu else "cpu", "torch": torch.__version__, "build_s": round(time.perf_counter() - t0, 1)})
-    fused_drafter = engine.fused_drafter
+    drafts = engine.proposers["dflash"]
+    fused_drafter = drafts.fused_drafter
     for mode in args.drafters.split(","):
         if mode not in ("fused", "plain"):
             raise SystemExit(f"--drafters: unknown mode {mode!r}; use fused and/or plain")
-        engine.fused_drafter = fused_drafter if mode == "fused" else None
+        drafts.fused_drafter = fused_drafter if mode == "fused" else None
         engine.runner = GraphRunner(device, enabled=True)  # no graph captured with the other drafter
         rep.add("drafter", {"mode": mode})
         for sec in sections:

@@ -21,7 +21,7 @@ from bastion.engines.static_decoder import StaticDecoder
 from bastion.engines.static_engine import StaticEngine
 from bastion.models.target import Target
 from bastion.speculative import fused
-from bastion.speculative.tree import TreePolicy
+from bastion.speculative.policy import TreePolicy
 from benchmarks.shapes import random_pair
 from benchmarks.tree_phase import kernels, replay_us
 

@@ -74,3 +74,138 @@ def test_rule_files_hash_code_by_folder():
     """Reruns follow subpackage folders, never hand-kept lists of module files."""
     common = (REPO / "workflow" / "rules" / "common.smk").read_text()
     assert "code_hash(" in common and not re.search(r'"[a-z_]+\.py"', common.split("def code_hash")[1])
+
+
+# ------------------------------------------------------------------ import cycles
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported(node: ast.AST, module: str, is_package: bool, known: set[str]) -> list[str]:
+    """The known modules one import statement names (a ``from`` import of a submodule names the submodule)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names if a.name in known]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    base = node.module or ""
+    if node.level:  # relative: from the module's package, one level up per extra dot
+        package = module.split(".") if is_package else module.split(".")[:-1]
+        package = package[: len(package) - (node.level - 1)]
+        base = ".".join(package + ([base] if base else []))
+    out = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in known]
+    if base in known and len(out) < len(node.names):
+        out.append(base)
+    return out
+
+
+def import_graph(root: Path, packages: tuple[str, ...]) -> dict[str, set[str]]:
+    """Every module of ``packages`` under ``root`` -> the modules of those packages it imports.
+
+    All import statements count: at module level, inside functions and under
+    ``if TYPE_CHECKING:`` (a cycle there still ties the modules into one unit).  A
+    package's ``__init__`` is an edge only where it is named, not for each submodule.
+    """
+    files = {_module_name(p, root): p for pkg in packages for p in sorted((root / pkg).rglob("*.py"))
+             if "__pycache__" not in p.parts}
+    known = set(files)
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        is_package = path.name == "__init__.py"
+        edges = {m for node in ast.walk(ast.parse(path.read_text())) for m in _imported(node, module, is_package, known)}
+        graph[module] = edges - {module}
+    return graph
+
+
+def import_components(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of more than one module: each is one cycle or several."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[set[str]] = []
+
+    def connect(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                components.append(component)
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return components
+
+
+def _cycle_in(graph: dict[str, set[str]], component: set[str]) -> list[str]:
+    """The shortest cycle through the component's first module (breadth first, inside the component)."""
+    start = min(component)
+    came_from = {start: ""}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in sorted(graph[v] & component):
+                if w == start:  # walk back from v to the start
+                    path = [v]
+                    while path[-1] != start:
+                        path.append(came_from[path[-1]])
+                    return [*reversed(path), start]
+                if w not in came_from:
+                    came_from[w] = v
+                    nxt.append(w)
+        frontier = nxt
+    raise AssertionError(f"no cycle in the component {sorted(component)}")
+
+
+def describe_cycles(graph: dict[str, set[str]]) -> str:
+    """Each component as one of its cycles, and every module it ties together when there are more."""
+    out = []
+    for component in import_components(graph):
+        cycle = _cycle_in(graph, component)
+        rest = sorted(component - set(cycle))
+        out.append(" -> ".join(cycle) + (f" (and {', '.join(rest)} in the same knot)" if rest else ""))
+    return "; ".join(out)
+
+
+def test_no_import_cycles():
+    """No two modules of bastion/ or dflash/ import each other, even only for type checking or inside a function."""
+    cycles = describe_cycles(import_graph(REPO, ("bastion", "dflash")))
+    assert not cycles, f"import cycles (move what both need into a module of its own): {cycles}"
+
+
+def test_a_planted_import_cycle_is_caught_and_named(tmp_path):
+    """Cycles through function-level, TYPE_CHECKING and relative imports are found; an acyclic graph passes."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from pkg import b\n")
+    (pkg / "b.py").write_text("def f():\n    from . import c\n")
+    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.a\n")
+    (pkg / "d.py").write_text("import pkg.a\nfrom pkg.c import something\n")
+    graph = import_graph(tmp_path, ("pkg",))
+    assert graph["pkg.d"] == {"pkg.a", "pkg.c"}
+    assert describe_cycles(graph) == "pkg.a -> pkg.b -> pkg.c -> pkg.a"
+    (pkg / "e.py").write_text("import pkg.b\n")
+    (pkg / "b.py").write_text("import pkg.e\nfrom . import c\n")
+    assert describe_cycles(import_graph(tmp_path, ("pkg",))) == "pkg.a -> pkg.b -> pkg.c -> pkg.a (and pkg.e in the same knot)"
+    (pkg / "c.py").write_text("import os\n")
+    (pkg / "e.py").write_text("")
+    assert describe_cycles(import_graph(tmp_path, ("pkg",))) == ""

@@ -27,7 +27,7 @@ from bastion.calibration.peaks import measure_peaks
 from bastion.calibration.store import Calibration
 from bastion.costmodel.model import CostModel, StepOverheads
 from bastion.costmodel.roofline import HardwarePeaks, ModelShape
-from bastion.speculative.tree import TreePolicy
+from bastion.speculative.policy import TreePolicy
 
 if TYPE_CHECKING:
     from bastion.engines.base import VerifyProbe

@@ -15,7 +15,7 @@ import torch
 from bastion.models.target import Target
 from bastion.results.generation import GenerationResult
 from bastion.speculative.methods import MethodSpec, method_spec
-from bastion.speculative.tree import TreePolicy
+from bastion.speculative.policy import TreePolicy
 
 
 @runtime_checkable

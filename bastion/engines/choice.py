@@ -17,8 +17,8 @@ ENGINES = ("eager", "static", "compiled")
 ENGINE_CHOICES = ("auto", *ENGINES)
 # ``auto`` on a CPU: the engine that measured fastest there for the tiny pair.  Its fused
 # layers (stacked q/k/v and gate/up multiplies, run uncompiled on a CPU) made AR 10-15%
-# faster than ``static`` and speculative steps no slower (docs/performance.md, session 7,
-# "engine: auto on the CPU, again"); on CUDA it is always ``compiled``.
+# faster than ``static`` and speculative steps no slower (docs/performance.md,
+# "engine: auto on the CPU"); on CUDA it is always ``compiled``.
 CPU_ENGINE = "compiled"
 
 

@@ -1,47 +1,68 @@
-"""The ``compiled`` engine: the static engine with fused kernels.
+"""The ``compiled`` engine: the static engine with fused kernels, decided once when the engine is made.
 
 Everything the static engine preallocates and replays stays as it is; three things change.
 The target's layers run as the two functions of :class:`~bastion.engines.static_layers.FusedLayers`
 (attention and MLP blocks with their norms and residuals fused), the DFlash drafter's
 layers likewise (:class:`~bastion.engines.fused_drafter.FusedDrafter`), and on CUDA the tree
-phase's small element-wise step functions are compiled too (path ranking keeps its own
-kernels, see :mod:`bastion.speculative.path_rank`): about 100 launches fewer per step.
-On a CPU the same functions run uncompiled, which is how CI checks them against eager.
+phase's small element-wise step functions and the commit are compiled too (path ranking
+keeps its own kernels, see :mod:`bastion.speculative.path_rank`): about 100 launches fewer
+per step.  On a CPU the same functions run uncompiled, which is how CI checks them
+against eager.
+
+A :class:`Compilation` says which of these apply; the engine asks it for its layers and
+wraps its step functions through :meth:`Compilation.step` once, when it is made.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
 from bastion.engines.fused_drafter import FusedDrafter
 from bastion.engines.static_layers import FusedLayers
 
-if TYPE_CHECKING:
-    from bastion.engines.static_engine import StaticEngine
 
+@dataclass(frozen=True)
+class Compilation:
+    """Which parts of the static engine are fused and which are compiled."""
 
-def fuse(engine: StaticEngine, compile: bool | None = None) -> None:
-    """Turn a static engine into the compiled one, in place, before any graph is captured.
+    fused: bool = False  # the fused target and DFlash drafter layers: the compiled engine
+    compile: bool = False  # torch.compile them, and the step functions select, build and commit
 
-    ``compile`` None: torch.compile on CUDA only.  True compiles on a CPU too, with
-    Inductor's C++ backend: how the tests and ``benchmarks/compile_count.py`` see, without a
-    GPU, which graphs a GPU run compiles.
-    """
-    on = engine.device.type == "cuda" if compile is None else compile
-    if engine.device.type == "cuda":
-        prefer_blas_lt()
-    engine.fused = FusedLayers(engine.target, compile=on)
-    # BASTION_DRAFTER=module keeps the drafter's own layers (as the static engine runs them)
-    if engine.drafter is not None and FusedDrafter.supports(engine.drafter) and os.environ.get("BASTION_DRAFTER") != "module":
-        engine.fused_drafter = FusedDrafter(engine.drafter, compile=on, layers=engine.fused)
-    engine.steps_compiled = on
-    if on:  # dynamic from the start: a static first graph is recompiled at the first new size
-        engine.select = torch.compile(engine.select, dynamic=True)
-        engine.build = torch.compile(engine.build, dynamic=True)
-        engine.commit = torch.compile(engine.commit, dynamic=True)
+    @classmethod
+    def choose(cls, fused: bool, device: torch.device, compile: bool | None = None) -> Compilation:
+        """The static (``fused`` False) or the compiled engine's choice.
+
+        ``compile`` None: torch.compile on CUDA only.  True compiles on a CPU too, with
+        Inductor's C++ backend: how the tests and ``benchmarks/compile_count.py`` see, without a
+        GPU, which graphs a GPU run compiles.
+        """
+        if not fused:
+            return cls()
+        if device.type == "cuda":
+            prefer_blas_lt()
+        return cls(fused=True, compile=device.type == "cuda" if compile is None else compile)
+
+    def layers(self, target) -> FusedLayers | None:
+        """The target's fused layers (the compiled engine), or None: the target's own modules."""
+        return FusedLayers(target, compile=self.compile) if self.fused else None
+
+    def drafter(self, drafter, layers: FusedLayers | None) -> FusedDrafter | None:
+        """The DFlash drafter's fused layers where they compute what it does, or None: its own modules.
+
+        ``BASTION_DRAFTER=module`` keeps the drafter's own layers (as the static engine runs them).
+        """
+        if not self.fused or not FusedDrafter.supports(drafter) or os.environ.get("BASTION_DRAFTER") == "module":
+            return None
+        return FusedDrafter(drafter, compile=self.compile, layers=layers)
+
+    def step(self, fn: Callable) -> Callable:
+        """A step function as the engine runs it: compiled (dynamic from the start: a static first
+        graph is recompiled at the first new size) or as it is."""
+        return torch.compile(fn, dynamic=True) if self.compile else fn
 
 
 def prefer_blas_lt() -> None:
@@ -51,7 +72,7 @@ def prefer_blas_lt() -> None:
     projections, each followed by a reduction kernel; cuBLASLt picks one kernel without
     the split.  On an H200 at the Qwen3-8B shape a 32-node verification took 5.55 ms
     against 5.76 ms and 609 launches against 681, with AR's step unchanged
-    (docs/performance.md, session 16).  The setting is the process's: it applies to every
+    (docs/performance.md).  The setting is the process's: it applies to every
     graph captured after the compiled engine is made, which calibration and decoding share.
     """
     choice = os.environ.get("BASTION_BLAS", "cublaslt")

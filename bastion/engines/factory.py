@@ -17,7 +17,7 @@ from bastion.engines.choice import resolve_engine
 from bastion.engines.eager import EagerDecoder, EagerProbe
 from bastion.models.eagle3 import Eagle3Drafter
 from bastion.models.target import Target
-from bastion.speculative.tree import TreePolicy
+from bastion.speculative.policy import TreePolicy
 from dflash import DFlashDraftModel
 
 

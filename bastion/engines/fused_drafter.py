@@ -50,8 +50,8 @@ def draft_pre_attention(x, ctx, ln, wq, wkv, qn, kn, cos, sin, kv, ctx_index, bl
     The context's k/v go into the layer's cache ``kv`` [2, 1, Hkv, capacity, D] at
     ``ctx_index`` [W], then the block's at ``block_index`` [b] (its positions, right after
     the live context), so attention reads one window of the cache with the block inside
-    it: no per-layer concatenation of the whole window with the block (session 13 measured
-    it at 78 us of a 1.31 ms Qwen3-8B-shaped draft).  Context rows past the live length are
+    it: no per-layer concatenation of the whole window with the block (78 us of a 1.31 ms
+    Qwen3-8B-shaped draft on an H200, docs/performance.md).  Context rows past the live length are
     padding (the engine always passes a block's worth); the block's write comes second, so
     where the two overlap the block's entries win.  ``cos``/``sin`` [1, W + b, D] cover the
     context positions, then the block's.  The block is normalised by the layer's input

@@ -22,12 +22,11 @@ prompt-by-prompt cell whose prompts outgrow the bound, only the first ones are r
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
-if TYPE_CHECKING:
-    from bastion.engines.static_engine import StaticEngine
+from bastion.engines.static_buffers import StepBuffers
+from bastion.models.target import Target
 
 # Bytes of K/V, hidden states and features the memo may hold (device memory).
 MEMO_BYTES = 256 << 20
@@ -76,6 +75,28 @@ class PrefillMemo:
             kv[..., : kept.kv.shape[-2], :].copy_(kept.kv)
         return kept
 
+    def prefill(self, target: Target, bufs: StepBuffers, ids: torch.Tensor, taps: str | None,
+                prompt=None) -> tuple[Prefilled, bool]:
+        """The prompt ``ids`` [1, P] into the empty cache of ``bufs``, with features for ``taps`` (None: none).
+
+        A causal forward (eager, one-off shapes), or the exact copy of one kept for the same
+        prompt and taps; returns it and whether it was a copy.  ``prompt`` is the caller's
+        host copy of the ids, the key (None: neither looked up nor kept).
+        """
+        p = ids.shape[1]
+        key = None if prompt is None else self.key(prompt, taps)
+        done = self.restore(key, bufs.cache.kv)
+        reused = done is not None
+        if done is None:
+            bufs.cache.length = 0
+            bufs.cache.write_index = bufs.arange[:p]
+            bufs.cache.kv_len = p
+            out = target.forward(ids, bufs.arange[:p][None], None, bufs.cache, features=taps is not None)
+            done = self.keep(key, bufs.cache.kv[:, :, :, :, :p], out.hidden[0, -1:], out.features)
+        bufs.length.fill_(p)
+        bufs.cache.length = p
+        return done, reused
+
     def keep(self, key: tuple | None, kv: torch.Tensor, hidden: torch.Tensor, features: torch.Tensor | None) -> Prefilled:
         """A fresh prefill's results; copies are kept if they fit (checked before copying anything)."""
         fresh = Prefilled(kv, hidden, features)
@@ -84,24 +105,3 @@ class PrefillMemo:
             self.used += fresh.nbytes
         return fresh
 
-
-def prefill(eng: StaticEngine, ids: torch.Tensor, taps: str | None, prompt=None) -> Prefilled:
-    """The prompt ``ids`` [1, P] into ``eng``'s empty cache, with features for ``taps`` (None: none).
-
-    A causal forward (eager, one-off shapes), or the exact copy of one the memo kept for
-    the same prompt and taps (``eng.prefill_reused`` says which).  ``prompt`` is the
-    caller's host copy of the ids, the memo's key (None: neither looked up nor kept).
-    """
-    p = ids.shape[1]
-    key = None if prompt is None else eng.memo.key(prompt, taps)
-    done = eng.memo.restore(key, eng.cache.kv)
-    eng.prefill_reused = done is not None
-    if done is None:
-        eng.cache.length = 0
-        eng.cache.write_index = eng.arange[:p]
-        eng.cache.kv_len = p
-        out = eng.target.forward(ids, eng.arange[:p][None], None, eng.cache, features=taps is not None)
-        done = eng.memo.keep(key, eng.cache.kv[:, :, :, :, :p], out.hidden[0, -1:], out.features)
-    eng.length.fill_(p)
-    eng.cache.length = p
-    return done

@@ -4,7 +4,7 @@ At batch 1 an AR step of the target is a chain of matrix-vector products: every 
 byte is read once for one row.  On an H200 at the Qwen3-8B shape the GEMM kernels of an
 AR step stream the weights at 91% of the copy rate, but the step as a whole reaches 68%:
 the RMS norms, the split-K reductions, SiLU times up, the residual adds and the gaps
-between ~600 launches take the rest (docs/performance.md, session 19).  This kernel folds
+between ~600 launches take the rest (docs/performance.md).  This kernel folds
 those into the product that consumes or produces them:
 
 - ``norm``: ``y = rms_norm(x) * ln @ W.T``.  The norm's scale is one number for the row,
@@ -14,12 +14,12 @@ those into the product that consumes or produces them:
 - ``residual``: ``y = r + x @ W.T``.
 
 :func:`row_qkv` then does in one kernel what follows the q/k/v product (four Inductor
-kernels before): the head norms, the rotary embedding, the K/V write into the cache.
+kernels otherwise): the head norms, the rotary embedding, the K/V write into the cache.
 
 It serves one row only.  A tree's rows need the tensor cores (on the CUDA cores 32 rows
 would cost more than streaming the weights), and a 16-row tensor-core form of this
 kernel measured 2 to 9 times slower than cuBLAS on three of the four products
-(docs/performance.md, session 22).  It runs in bf16 and fp16; fp32 keeps the matrix
+(docs/performance.md).  It runs in bf16 and fp16; fp32 keeps the matrix
 library (see :func:`bastion.engines.static_layers.row_kernel`).
 
 Imported only where Triton is installed.
@@ -32,8 +32,8 @@ import triton
 import triton.language as tl
 
 # (N, K) -> (block_n, block_k, warps), the fastest measured for that weight shape on an
-# H200 (`tools/gpu/row_kernel_bench.py`, session 22: the Qwen3-8B shape's q/k/v, output,
-# gate/up and down products).  Other shapes take DEFAULT_SETTING.
+# H200 (`tools/gpu/row_kernel_bench.py`: the Qwen3-8B shape's q/k/v, output, gate/up and
+# down products).  Other shapes take DEFAULT_SETTING.
 SETTINGS: dict[tuple[int, int], tuple[int, int, int]] = {
     (6144, 4096): (16, 512, 4),
     (4096, 4096): (2, 512, 2),
@@ -49,7 +49,7 @@ def _gemv_kernel(x_ptr, w_ptr, y_ptr, ln_ptr, r_ptr, N, K, eps, BLOCK_N: tl.cons
     """One row: y[n] = sum_k w[n, k] x[k] for BLOCK_N outputs, on the CUDA cores.
 
     A 16-row tensor-core tile wastes 15 rows of x work per weight tile at this shape, and
-    that work equalled the weight stream's (the first form of this kernel, session 22).
+    that work equalled the weight stream's (docs/performance.md).
     Here every thread multiplies what it loads into an fp32 accumulator of the tile's shape
     and the tile is summed once at the end, so the loads are wide and independent.
     """

@@ -12,8 +12,8 @@ import torch
 
 from bastion.costmodel.model import CostModel
 from bastion.speculative.fused import run_triton
+from bastion.speculative.policy import TreePolicy
 from bastion.speculative.rule import count_nodes
-from bastion.speculative.tree import TreePolicy
 
 
 class RuleCount:

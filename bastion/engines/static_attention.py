@@ -16,6 +16,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from bastion.engines.attention_layout import kernel_layout
 from bastion.speculative.fused import run_triton
 
 NAME = "bastion_gqa"
@@ -50,16 +51,6 @@ def grouped_attention(query, key, value, mask, scale: float, matmul_rows: int = 
         rows = mask[:, :, None].expand(b, 1, g, s, kv_len).reshape(b, 1, g * s, kv_len)
         out = F.scaled_dot_product_attention(q, key, value, attn_mask=rows, scale=scale)  # [1, Hkv, g*s, D]
     return out.reshape(b, hq, s, d).transpose(1, 2).contiguous()
-
-
-def kernel_layout(query, key, value, mask) -> bool:
-    """Whether the tree-attention kernel reads these tensors as they are laid out: a contiguous
-    query with a power-of-two head dimension of at least 16, key, value and a boolean mask
-    contiguous in their last dimension, whole query groups per K/V head."""
-    d = query.shape[-1]
-    return (query.is_contiguous() and d >= 16 and not d & (d - 1)
-            and key.stride(-1) == 1 and value.stride(-1) == 1 and mask.stride(-1) == 1
-            and mask.dtype == torch.bool and query.shape[1] % key.shape[1] == 0)
 
 
 def kernel_serves(query, key, value, mask) -> bool:

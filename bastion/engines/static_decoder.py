@@ -1,31 +1,34 @@
 """The decoding loop of the static engine: same methods, same outputs, one host sync a step.
 
-The eager :class:`bastion.engines.eager.Decoder` reads each step's accepted tokens before the
-next step starts.  Here the host reads them one step later, in the same transfer as the
-next tree's node count, which the host must know anyway to pick the verification graph.
-A step is therefore: draft, rank (both on device state the host has not read), read the
-readback vector (the step's one synchronisation), build, verify, commit.  Generation ends
-when a read shows a stop token or enough tokens; the draft issued after the final commit
-is discarded.  The emitted tokens, cut at stop tokens and ``max_new_tokens``, are those of
-the eager decoder.
+The eager :class:`bastion.engines.eager.EagerDecoder` reads each step's accepted tokens
+before the next step starts.  Here the host reads them one step later, in the same
+transfer as the next tree's node count, which the host must know anyway to pick the
+verification graph.  A step is therefore: draft, rank (both on device state the host has
+not read), read the readback vector (the step's one synchronisation), build, verify,
+commit.  Generation ends when a read shows a stop token or enough tokens; the draft
+issued after the final commit is discarded.  The emitted tokens, cut at stop tokens and
+``max_new_tokens``, are those of the eager decoder.
 
-EAGLE-3 (a ``drafted`` tree) drafts like DFlash, on device state: its head reads the
-previous step's accepted count and tokens from the readback vector on the device (one
-graph per window, :mod:`bastion.engines.static_eagle3`), writes its tree straight into
-the tree buffers, and verifies and commits through the same graphs at its fixed size.
+The step asks its proposer for the draft (:mod:`bastion.engines.proposer`): the DFlash
+drafter's logits, or EAGLE-3's whole tree, on device state; the adaptive node count is
+the search of :mod:`bastion.speculative.search`, whose first ranking runs before the read
+and whose count arrives with the previous step's tokens.  The first draft, over the whole
+prompt, is the first step's: its time is decode time, as on the eager engine (and in the
+original release's harness), never prefill time.
 
-Step times (``collect_stats``) come in two kinds.  ``True`` synchronises the device at
-every phase boundary, so each phase is timed alone (host launch included); that is what
-calibration's step overheads use.  ``"events"`` records a CUDA event at each boundary
-instead and reads them after the last step: the decode runs exactly as it does untimed,
-and any time the GPU waits for the host (the step's one synchronisation) falls in the
-phase it interrupts, so the phases add up to the step.
+Step times (``collect_stats``, :mod:`bastion.engines.step_clock`) come in two kinds.
+``True`` synchronises the device at every phase boundary, so each phase is timed alone
+(host launch included); that is what calibration's step overheads use.  ``"events"``
+records a CUDA event at each boundary instead: the decode runs exactly as it does
+untimed, and any time the GPU waits for the host (the step's one synchronisation) falls
+in the phase it interrupts, so the phases add up to the step.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
 
 import torch
 
@@ -33,11 +36,38 @@ from bastion.costmodel.model import CostModel, StepOverheads, rule_costs
 from bastion.engines.base import check_fits, check_method, emit, prompt_tensor
 from bastion.engines.choice import sync
 from bastion.engines.static_engine import StaticEngine
+from bastion.engines.step_clock import intervals, step_clock
 from bastion.results.generation import GenerationResult, StepStats
-from bastion.speculative.accept import emitted_tokens, propose
-from bastion.speculative.path_rank import layout
-from bastion.speculative.rule import bucket_size, search_width, wider_search
-from bastion.speculative.tree import TreePolicy, topk_width
+from bastion.speculative.accept import Readback, propose
+from bastion.speculative.policy import TreePolicy
+from bastion.speculative.search import AdaptiveSearch
+from bastion.speculative.tree import topk_width
+
+
+@dataclass
+class _Decode:
+    """One ``generate`` call's host-side state."""
+
+    max_new_tokens: int
+    stops: set[int]
+    temperature: float
+    generator: torch.Generator | None
+    clock: Callable[[], object]
+    width: int  # tokens a depth the tree phase may select (ranked trees)
+    hint: int  # about twice the last tree: where the adaptive search starts
+    output: list[int] = field(default_factory=list)
+    steps: list[StepStats] = field(default_factory=list)
+    marks: list[tuple] = field(default_factory=list)  # (stats, phase stamps) of every step
+    pending: StepStats | None = None  # the verified step whose tokens are not read yet
+    prompt: tuple | None = None  # (ids [1, P], first token [1], features [1, P, F]) until the first draft reads them
+    context: int = 0  # committed length, as the host last read it
+    first_step: bool = True
+    done: bool = False
+    stop_reason: str = "max_new_tokens"
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0
 
 
 class StaticDecoder:
@@ -52,21 +82,18 @@ class StaticDecoder:
         overheads: StepOverheads | None = None,
     ) -> None:
         self.policy = policy or TreePolicy()
-        self.spec = check_method(method, engine.drafter is not None, self.policy, cost_model, overheads,
-                                 engine.eagle3 is not None)
-        limit = self.policy.budget if self.policy.budget is not None else self.policy.n_max
-        if self.spec.ranked and limit > engine.n_max:
+        self.spec = check_method(method, "dflash" in engine.proposers, self.policy, cost_model, overheads,
+                                 "eagle3" in engine.proposers)
+        if self.spec.ranked and self.policy.limit > engine.n_max:
             raise ValueError(
-                f"the tree may grow to {limit} nodes but the static engine "
+                f"the tree may grow to {self.policy.limit} nodes but the static engine "
                 f"was built for n_max={engine.n_max}; build the engine with a larger n_max"
             )
         self.engine, self.method = engine, method
         self.cost_model, self.overheads = rule_costs(cost_model, overheads), overheads
-        self.block_size = engine.block if self.spec.drafts else 1
-        # what verify and commit tap: nothing, the DFlash drafter's layers or the EAGLE-3 head's
-        self.taps: bool | str = {None: False, "dflash": True, "eagle3": "eagle3"}[self.spec.drafter]
-        if self.spec.drafter == "eagle3":
-            self.block_size = engine.eagle3.path_width
+        self.proposer = engine.proposer(self.spec.drafter)
+        self.block_size = self.proposer.width
+        self.search = AdaptiveSearch(self.policy)
         self.target = engine.target
 
     @torch.no_grad()
@@ -79,171 +106,143 @@ class StaticDecoder:
         generator: torch.Generator | None = None,
         collect_stats: bool | str = False,
     ) -> GenerationResult:
-        eng, spec, policy = self.engine, self.spec, self.policy
-        device = eng.device
-        clock, marks = _clock(collect_stats, device)  # checks the argument before any work
-        ids = prompt_tensor(prompt_ids, max_new_tokens, device)
+        eng = self.engine
+        clock = step_clock(collect_stats, eng.device)  # checks the argument before any work
+        ids = prompt_tensor(prompt_ids, max_new_tokens, eng.device)
         prompt_len = ids.shape[1]
         check_fits(self.target, prompt_len, max_new_tokens, max(eng.block, self.block_size))
         if max_new_tokens == 0:
             return GenerationResult([], prompt_len, 0.0, 0.0, "max_new_tokens")
         # one step past the last commit may still draft and verify: leave it room
         eng.ensure_capacity(prompt_len + max_new_tokens + eng.block)
-        stops = set(int(t) for t in stop_token_ids)
-        use_draft = spec.drafts
-        drafted = spec.tree == "drafted"  # EAGLE-3: the head drafts its own tree, eagerly
-        taps = self.taps
-        greedy = temperature <= 0
-        run = eng.runner
-        capture0 = run.capture_seconds
+        vocab = self.target.lm_head.weight.shape[0]
+        run = _Decode(max_new_tokens, set(int(t) for t in stop_token_ids), temperature, generator, clock,
+                      width=topk_width(self.policy, vocab) if self.spec.ranked else 0, hint=2 * self.policy.n_min,
+                      context=prompt_len)
+        capture0 = eng.runner.capture_seconds
 
-        sync(device)
+        sync(eng.device)
         t0 = time.perf_counter()
-        last_hidden, feats = eng.prefill(ids, features=taps, prompt=prompt_ids)
-        reused = eng.prefill_reused
-        first = propose(self.target.logits(last_hidden), temperature, generator)  # [1]
-        eng.root.copy_(first[0])
-        output = [int(first.item())]
-        width = topk_width(policy, self.target.lm_head.weight.shape[0]) if spec.ranked else 0
-        if not greedy:
-            eng.logits_buffer()  # allocated before any graph that writes it is captured
-        if drafted:  # the head's first pairs: features of positions 0..P-1, tokens 1..P-1 and the first new one
-            eng.draft_eagle3(eng.window(prompt_len), (feats[0], torch.cat([ids[0, 1:], first])))
-        elif use_draft:  # the first draft takes in the whole prompt's features: one-off shape, eager
-            eng.pend_count.fill_(prompt_len)
-            eng.draft(eng.draft_window(prompt_len), feats)
-        sync(device)
+        reused = self._prefill(run, ids, prompt_ids)
+        sync(eng.device)
         t1 = time.perf_counter()
-
-        done = output[0] in stops or len(output) >= max_new_tokens
-        stop_reason = "stop_token" if output[0] in stops else "max_new_tokens"
-        steps: list[StepStats] = []
-        pending: StepStats | None = None  # the verified step whose tokens are not read yet
-        c = prompt_len  # committed length, as the host last read it
-        hint = 2 * policy.n_min
-        fixed = self.overheads.fixed if self.overheads is not None else 0.0
-        first_step = True
-        while not done:
-            ta = clock()
-            if use_draft and not first_step:
-                # the context grows by at most a block (a path) per step
-                kv_d = eng.window(c + self.block_size) if drafted else eng.draft_window(c)
-                if drafted:
-                    run(("eagle3", kv_d), lambda: eng.draft_eagle3(kv_d))
-                else:
-                    run(("draft", kv_d), lambda: eng.draft(kv_d, eng.pend))
-            tb = clock()
-            got = 0
-            if spec.ranked:
-                m = search_width(hint, policy) if policy.budget is None else max(policy.budget - 1, 1)
-                _select(eng, min(width, m), temperature)
-                got = _rank(eng, m, policy, self.cost_model, fixed)
-            n = spec.known_size(eng.block, policy, got, eng.e3_size)
-            back = eng.read_back()  # the step's one host synchronisation
-            if pending is not None:  # the previous step's tokens
-                a, ended = _absorb(back, pending, steps, output, stops, max_new_tokens)
-                pending = None
-                c += a + 1
-                if ended is not None:
-                    done, stop_reason = True, ended
-                    break
-            if n is None:  # adaptive: the rule's count; widen the search if it ran out of paths
-                n = back[1]
-                while (wider := wider_search(m, got, n, policy)) is not None:
-                    m = wider
-                    if min(width, m) > eng.topk:
-                        _select(eng, min(width, m), temperature)
-                    got = _rank(eng, m, policy, self.cost_model, fixed)
-                    n = int(eng.readback[1])
-                n = bucket_size(n, policy)
-                hint = 2 * n
-            first_step = False
-            kv = eng.window(c + n)
-            if not drafted:  # a drafted tree is in the tree buffers already
-                if n == 1:  # AR's step (or a one-node budget): the root alone, never compiled
-                    run(("build_root",), eng.build_root)
-                else:
-                    run(("build", spec.ranked, n, eng.topk), lambda: eng.build(spec.ranked, n))
-            tc = clock()
-            run(("verify", n, kv, greedy, taps), lambda: eng.verify(n, kv, greedy, taps))
-            td = clock()
-            if not greedy:  # sampling stays eager: the caller's generator drives it
-                eng.proposals[:n].copy_(propose(eng.logits_buffer()[:n], temperature, generator))
-            te = clock()
-            if n == 1 and not taps:
-                run(("commit_root",), eng.commit_root, writes=eng.state())
-            else:
-                run(("commit", n, taps), lambda: eng.commit(n, taps), writes=eng.state())
-            tf = clock()
-            pending = StepStats(0, n, c, 0.0, 0.0, 0.0, 0.0, 0.0)
-            marks.append((pending, (ta, tb, tc, td, te, tf)))
-        sync(device)
+        while not run.done:
+            self._step(run)
+        sync(eng.device)
         t2 = time.perf_counter()
-        for stats, stamps in marks if collect_stats else ():  # every event has completed after the final sync
-            stats.t_draft, stats.t_tree, stats.t_verify, stats.t_accept, stats.t_commit = _intervals(stamps)
-        setup = run.capture_seconds - capture0  # graph captures are one-off work, not decoding
-        return GenerationResult(output[:max_new_tokens], prompt_len, t1 - t0, t2 - t1 - setup, stop_reason, steps, reused)
+        for stats, stamps in run.marks if collect_stats else ():  # every event has completed after the final sync
+            stats.t_draft, stats.t_tree, stats.t_verify, stats.t_accept, stats.t_commit = intervals(stamps)
+        setup = eng.runner.capture_seconds - capture0  # graph captures are one-off work, not decoding
+        return GenerationResult(run.output[:max_new_tokens], prompt_len, t1 - t0, t2 - t1 - setup, run.stop_reason,
+                                run.steps, reused)
 
+    def _prefill(self, run: _Decode, ids: torch.Tensor, prompt_ids) -> bool:
+        """The prompt's forward (or its kept copy) and the first token; whether the prefill was a copy."""
+        eng = self.engine
+        last_hidden, feats, reused = eng.prefill(ids, self.proposer.name, prompt=prompt_ids)
+        first = propose(self.target.logits(last_hidden), run.temperature, run.generator)  # [1]
+        eng.buffers.root.copy_(first[0])
+        run.output.append(int(first.item()))
+        if not run.greedy:
+            eng.logits_buffer()  # allocated before any graph that writes it is captured
+        run.prompt = (ids, first, feats)
+        run.done = run.output[0] in run.stops or len(run.output) >= run.max_new_tokens
+        run.stop_reason = "stop_token" if run.output[0] in run.stops else "max_new_tokens"
+        return reused
 
-def _absorb(back: list[int], pending: StepStats, steps: list[StepStats], output: list[int], stops: set[int],
-            max_new_tokens: int) -> tuple[int, str | None]:
-    """Take in a verified step's readback: record it, emit its tokens; return (accepted count, why it ended)."""
-    before = len(output)
-    ended = emit(output, emitted_tokens(back), stops, max_new_tokens)
-    pending.committed = len(output) - before  # only emitted tokens count (cut at stops, max_new_tokens)
-    steps.append(pending)
-    return back[0], ended
+    def _step(self, run: _Decode) -> None:
+        """Draft and rank, read the previous step back, then build, verify and commit this step's tree."""
+        eng = self.engine
+        ta = run.clock()
+        if run.first_step:  # over the whole prompt, eagerly; decode time on every engine, as in the eager loop
+            self.proposer.first(eng.runner, *run.prompt)
+            run.prompt = None
+        else:
+            self.proposer.step(eng.runner, run.context)
+        tb = run.clock()
+        m, got = self._rank_first(run)
+        n = self.spec.known_size(eng.block, self.policy, got, self.proposer.tree_size)
+        back = eng.read_back()  # the step's one host synchronisation
+        if run.pending is not None and self._absorb(run, back):
+            return
+        if n is None:  # adaptive: the rule's count, read with the previous step's tokens
+            n = self.search.settle(m, got, back[Readback.NODES], lambda width: self._rank_wider(run, width))
+            run.hint = 2 * n
+        run.first_step = False
+        kv = eng.window(run.context + n)
+        if self.proposer.tree_size is None:  # a tree the proposer drafted whole is in the tree buffers already
+            if n == 1:  # AR's step (or a one-node budget): the root alone, never compiled
+                eng.runner(("build_root",), eng.build_root)
+            else:
+                ranked, topk = self.spec.ranked, eng.tree_phase.topk
+                eng.runner(("build", ranked, n, topk), lambda: eng.steps.build(ranked, n))
+        tc = run.clock()
+        self._verify_commit(run, n, kv, (ta, tb, tc))
 
+    def _verify_commit(self, run: _Decode, n: int, kv: int, stamps: tuple) -> None:
+        """Verify the ``n``-node tree in window ``kv``, sample at T > 0, commit; the step's tokens are read next step."""
+        eng, taps = self.engine, self.proposer.name
+        eng.runner(("verify", n, kv, run.greedy, taps), lambda: eng.verify(n, kv, run.greedy, taps))
+        td = run.clock()
+        if not run.greedy:  # sampling stays eager: the caller's generator drives it
+            eng.buffers.proposals[:n].copy_(propose(eng.logits_buffer()[:n], run.temperature, run.generator))
+        te = run.clock()
+        if n == 1 and taps is None:
+            eng.runner(("commit_root",), eng.commit_root, writes=eng.state())
+        else:
+            eng.runner(("commit", n, taps), lambda: eng.steps.commit(n, taps), writes=eng.state())
+        tf = run.clock()
+        run.pending = StepStats(0, n, run.context, 0.0, 0.0, 0.0, 0.0, 0.0)
+        run.marks.append((run.pending, (*stamps, td, te, tf)))
 
-def _clock(collect_stats: bool | str, device: torch.device) -> tuple:
-    """(clock, marks): ``clock()`` stamps a phase boundary; ``marks`` collects each step's stamps.
+    def _absorb(self, run: _Decode, back: list[int]) -> bool:
+        """Take in the verified step's readback: record it, emit its tokens, advance; whether generation ended."""
+        before = len(run.output)
+        ended = emit(run.output, Readback.tokens(back), run.stops, run.max_new_tokens)
+        run.pending.committed = len(run.output) - before  # only emitted tokens count (cut at stops, max_new_tokens)
+        run.steps.append(run.pending)
+        run.pending = None
+        run.context += back[Readback.COUNT] + 1
+        if ended is not None:
+            run.done, run.stop_reason = True, ended
+        return ended is not None
 
-    Untimed, the stamps are zeros and are never turned into times.
-    """
-    if collect_stats == "events":
-        if device.type != "cuda":
-            raise ValueError(f"collect_stats='events' needs a CUDA device, not {device}; use collect_stats=True")
+    def _rank_first(self, run: _Decode) -> tuple[int, int]:
+        """The search's first ranking (ranked trees only), launched before the read: (width m, paths found)."""
+        if not self.spec.ranked:
+            return 0, 0
+        m = self.search.width(run.hint)
+        self._select(run, min(run.width, m))
+        return m, self._rank(m)
 
-        def stamp() -> torch.cuda.Event:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            return event
+    def _rank_wider(self, run: _Decode, m: int) -> tuple[int, int]:
+        """A wider ranking, its count read at once (an extra host read, only when the first ranking ran short)."""
+        if min(run.width, m) > self.engine.tree_phase.topk:
+            self._select(run, min(run.width, m))
+        got = self._rank(m)
+        return got, int(self.engine.buffers.readback[Readback.NODES])
 
-        return stamp, []
-    if collect_stats not in (True, False):
-        raise ValueError(f"collect_stats must be True, False or 'events', not {collect_stats!r}")
-    if collect_stats:
-        return (lambda: (sync(device), time.perf_counter())[1]), []
-    return (lambda: 0.0), []
+    def _select(self, run: _Decode, k: int) -> None:
+        """Each depth's top ``k`` draft tokens, through a graph keyed by ``k``.
 
+        Ranking the best ``m`` paths needs only ``k = m`` tokens a depth: a path through a
+        depth's rank-r token is beaten by its r better-ranked siblings, so with r >= m it is
+        never among the best m.  The adaptive rule thus selects as wide as it ranks (about
+        twice its last tree) instead of the policy's full top-k: on a 2-core CPU 0.7 ms
+        instead of 1.6 ms a step for the tiny pair's 15 x 4,096 draft logits.
+        """
+        eng, phase = self.engine, self.engine.tree_phase
+        if k != phase.topk:  # views of fixed buffers: re-sliced only when the width changes
+            phase.set_topk(k)
+        eng.runner(("select", run.temperature, k), lambda: eng.steps.select(run.temperature))
 
-def _intervals(stamps: tuple) -> list[float]:
-    """Seconds between consecutive stamps (perf_counter floats or recorded CUDA events)."""
-    if isinstance(stamps[0], float):
-        return [b - a for a, b in zip(stamps, stamps[1:])]
-    return [a.elapsed_time(b) / 1e3 for a, b in zip(stamps, stamps[1:])]
+    def _rank(self, m: int) -> int:
+        """Rank ``m`` paths through a graph keyed by ``m``; return how many paths exist (known without a read)."""
+        eng, phase, fixed = self.engine, self.engine.tree_phase, self._fixed_cost()
+        got = phase.ranked(m)
+        key = ("rank", m, phase.topk, self.policy, id(self.cost_model), fixed)
+        eng.runner(key, lambda: phase.rank(m, self.policy, self.cost_model, fixed))
+        return got
 
-
-def _select(eng: StaticEngine, k: int, temperature: float) -> None:
-    """Each depth's top ``k`` draft tokens, through a graph keyed by ``k``.
-
-    Ranking the best ``m`` paths needs only ``k = m`` tokens a depth: a path through a
-    depth's rank-r token is beaten by its r better-ranked siblings, so with r >= m it is
-    never among the best m.  The adaptive rule thus selects as wide as it ranks (about
-    twice its last tree) instead of the policy's full top-k: on a 2-core CPU 0.7 ms
-    instead of 1.6 ms a step for the tiny pair's 15 x 4,096 draft logits.
-    """
-    if k != eng.topk:  # views of fixed buffers: re-sliced only when the width changes
-        eng.set_topk(k)
-    eng.runner(("select", temperature, k), lambda: eng.select(temperature))
-
-
-def _rank(eng: StaticEngine, m: int, policy: TreePolicy, cost_model, fixed: float) -> int:
-    """Rank ``m`` paths through a graph keyed by ``m``; return how many paths exist.
-
-    The count is a shape (the ranked-path layout of :func:`bastion.speculative.path_rank.top_paths`), so the host knows it
-    without reading the device.
-    """
-    got = min(m, layout(eng.block - 1, eng.topk, m, eng.device)[0].shape[0])
-    eng.runner(("rank", m, eng.topk, policy, id(cost_model), fixed), lambda: eng.rank(m, policy, cost_model, fixed))
-    return got
+    def _fixed_cost(self) -> float:
+        return self.overheads.fixed if self.overheads is not None else 0.0

@@ -93,8 +93,8 @@ def post_attention(x, attn, wo, ln, wgu, wd, eps: float):
 # Dynamo files every compiled ``functools.partial`` under one code object, and that object's
 # recompile limit (8 by default) is shared by all of them: the target's three functions and
 # the drafter's two, each in a one-token and a many-token specialisation, exceed it, and a
-# function past the limit silently runs uncompiled (session 12: AR's step, captured last,
-# ran its layers eagerly, 967 kernels instead of about 700).
+# function past the limit silently runs uncompiled (AR's step, captured last, would run its
+# layers eagerly: 967 kernels instead of about 700).
 RECOMPILE_LIMIT = 64
 
 

@@ -36,19 +36,20 @@ class StaticProbe:
         """
         eng, s = self.engine, tokens.shape[0]
         eng.ensure_capacity(c + s, nodes=s)
-        kv = eng.window(c + s)
-        eng.length.fill_(c)
-        eng.cache.length = c
-        eng.tree_tokens[:s].copy_(tokens)
-        eng.tree_anc[:s, :s].copy_(torch.ones(s, s, dtype=torch.bool, device=eng.device).tril_())
-        eng.tree_depths[:s].copy_(eng.arange[:s])
-        feats, greedy = eng.drafter is not None, temperature <= 0  # as a decode step: features tapped with a drafter
+        kv, b = eng.window(c + s), eng.buffers
+        b.length.fill_(c)
+        b.cache.length = c
+        b.tree_tokens[:s].copy_(tokens)
+        b.tree_anc[:s, :s].copy_(torch.ones(s, s, dtype=torch.bool, device=eng.device).tril_())
+        b.tree_depths[:s].copy_(b.arange[:s])
+        # as a decode step: the DFlash drafter's layers tapped when the engine has one
+        taps, greedy = "dflash" if "dflash" in eng.proposers else None, temperature <= 0
         gen = None if greedy else torch.Generator(device=eng.device).manual_seed(0)
         logits = None if greedy else eng.logits_buffer()  # allocated before the graph that writes it is captured
 
         def step() -> None:  # at T > 0, as a sampling decode step: logits out, then eager sampling at every node
-            eng.runner(("verify", s, kv, greedy, feats), lambda: eng.verify(s, kv, greedy, feats))
+            eng.runner(("verify", s, kv, greedy, taps), lambda: eng.verify(s, kv, greedy, taps))
             if not greedy:
-                eng.proposals[:s].copy_(propose(logits[:s], temperature, gen))
+                eng.buffers.proposals[:s].copy_(propose(logits[:s], temperature, gen))
 
         return step

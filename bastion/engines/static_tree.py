@@ -1,88 +1,111 @@
-"""The static engine's tree phase: select, rank and build on its fixed buffers.
+"""The static engine's tree phase: select, rank and build, on buffers of its own.
 
 These three step functions sit between the draft and the verification.  ``select`` keeps
 each depth's top-k log-probabilities, ``rank`` orders the paths and writes the budget
 rule's node count into the readback vector, and ``build`` writes the chosen tree (the
 ranked paths for BASTION, the drafter's greedy chain for DFlash) into the tree buffers.
+The phase owns the top-k table, the ranked paths and the host walk; it reads the draft
+logits and writes the tree and the count into the engine's :class:`StepBuffers`.
 
 They have two implementations with the same trees.  On CUDA, and wherever torch.compile
-runs them (``steps_compiled``), they are tensor programs that never read a device value
-on the host, so each is one graph.  Otherwise, on a CPU, the budget rule runs as the
-best-first walk of :mod:`bastion.speculative.best_first`: it pops only the paths the count
-reads, which took BASTION's extra tree-phase time over DFlash's from about 1.0 to 0.4 ms a
-step on the 2-core CPU (docs/performance.md, session 18).
+runs them, they are tensor programs that never read a device value on the host, so each
+is one graph.  Otherwise, on a CPU, the budget rule runs as the best-first walk of
+:mod:`bastion.speculative.best_first`: it pops only the paths the count reads, which took
+BASTION's extra tree-phase time over DFlash's from about 1.0 to 0.4 ms a step on the
+2-core CPU (docs/performance.md).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import torch
 
-from bastion.defaults import torch_references_forced
-from bastion.engines.kernels import row_argmax
-from bastion.speculative.best_first import tree_arrays, walk
-from bastion.speculative.path_rank import ranked_count, top_paths
-from bastion.speculative.tree import TreePolicy, chain_tree, draft_topk, paths_tree
-
-if TYPE_CHECKING:
-    from bastion.engines.static_engine import StaticEngine
-
-
-def select(engine: StaticEngine, temperature: float) -> None:
-    """Each depth's top-k draft log-probabilities [D, k] at the sampling temperature (1 for greedy)."""
-    # the width as the view's size, not the int: compiled with dynamic shapes, one graph serves every width
-    logq, tok = draft_topk(engine.draft_out, temperature, engine.logq.shape[1])
-    engine.logq.copy_(logq)
-    engine.top_tok.copy_(tok)
+from bastion.costmodel.model import CostModel
+from bastion.defaults import TOPK_LIMIT, torch_references_forced
+from bastion.engines.kernels import argmax_chunks, row_argmax
+from bastion.engines.rule_count import RuleCount
+from bastion.engines.static_buffers import StepBuffers
+from bastion.speculative.accept import Readback
+from bastion.speculative.best_first import Walk, rank_walk, tree_arrays
+from bastion.speculative.path_rank import layout, top_paths
+from bastion.speculative.policy import TreePolicy
+from bastion.speculative.tree import chain_tree, draft_topk, paths_tree
 
 
-def walks_on_host(engine: StaticEngine) -> bool:
-    """Rank and build by the best-first walk: an uncompiled CPU engine, unless
-    ``BASTION_RANK=torch`` asks for the torch references."""
-    return engine.device.type == "cpu" and not engine.steps_compiled and not torch_references_forced()
+class TreePhase:
+    """Select, rank and build for a drafter whose logits [D, V] it reads."""
 
+    def __init__(self, device: torch.device, compiled: bool) -> None:
+        self.device = device
+        self.compiled = compiled  # select, build (and commit) run through torch.compile: no host walk
+        self.count = RuleCount(device)  # the budget rule's node count (one Triton kernel on CUDA)
+        self.host_walk: Walk | None = None  # the last best-first walk, for build (an uncompiled CPU engine)
+        self.topk = 0
 
-def rank(engine: StaticEngine, m: int, policy: TreePolicy, cost_model, fixed_cost: float) -> int:
-    """Rank the best ``m`` paths; the rule's node count into ``readback[1]``; returns how many paths exist."""
-    if walks_on_host(engine):
-        return _rank_host(engine, m, policy, cost_model, fixed_cost)
-    logp, depth, local, par_local, rank_ = top_paths(engine.logq, m)
-    got = logp.shape[0]
-    for name, t in (("depth", depth), ("local", local), ("par_local", par_local), ("rank", rank_)):
-        engine.paths[name][:got].copy_(t)
-    if policy.budget is not None:
-        engine.readback[1].fill_(min(policy.budget, got + 1))
-    else:
-        engine.count(logp, policy, cost_model, fixed_cost, engine.length, engine.readback[1:2])
-    return got
+    def allocate(self, bufs: StepBuffers, draft_out: torch.Tensor) -> None:
+        """Its tables for the draft logits ``draft_out`` [D, V] and trees of up to ``bufs.n_max`` nodes."""
+        self.bufs, self.draft_out = bufs, draft_out
+        d, vocab = draft_out.shape
+        long = dict(dtype=torch.long, device=self.device)
+        self.argmax_chunks = argmax_chunks(vocab)  # a constant for the compiled build
+        # each depth's top-k (k <= 128, the policy's cap); graphs use the [:, :k] view
+        self.logq_all = torch.zeros(d, TOPK_LIMIT, dtype=torch.float32, device=self.device)
+        self.top_tok_all = torch.zeros(d, TOPK_LIMIT, **long)
+        self.set_topk(1)
+        m = max(bufs.n_max - 1, 1)
+        self.paths = {k: torch.zeros(m, **long) for k in ("depth", "local", "par_local", "rank")}  # ranked paths
 
+    def set_topk(self, k: int) -> None:
+        """Tokens kept per depth; views of fixed buffers, so graphs of other k stay valid."""
+        self.topk = k
+        self.logq, self.top_tok = self.logq_all[:, :k], self.top_tok_all[:, :k]
 
-def _rank_host(engine: StaticEngine, m: int, policy: TreePolicy, cost_model, fixed_cost: float) -> int:
-    """:func:`rank` on a CPU: the walk is kept on the engine for :func:`build` to read."""
-    logq = engine.logq.numpy()  # [D, K] fp32
-    got = ranked_count(logq.shape[0], logq.shape[1], m)
-    curve = None
-    if policy.budget is None:  # C(n) as far as the count reads it, as RuleCount evaluates it
-        curve = cost_model.curve_at(int(engine.length), min(policy.n_max, got))
-    engine.host_walk = walk(logq[:, :m].tolist(), got, policy, curve, fixed_cost)
-    engine.readback[1].fill_(engine.host_walk.count)
-    return got
+    def ranked(self, m: int) -> int:
+        """How many paths a ranking of ``m`` finds: a shape, so the host knows it without reading the device."""
+        return min(m, layout(self.draft_out.shape[0], self.topk, m, self.device)[0].shape[0])
 
+    def select(self, temperature: float) -> None:
+        """Each depth's top-k draft log-probabilities [D, k] at the sampling temperature (1 for greedy)."""
+        # the width as the view's size, not the int: compiled with dynamic shapes, one graph serves every width
+        logq, tok = draft_topk(self.draft_out, temperature, self.logq.shape[1])
+        self.logq.copy_(logq)
+        self.top_tok.copy_(tok)
 
-def build(engine: StaticEngine, ranked: bool, n: int) -> None:
-    """The ``n``-node tree (n > 1) into the tree buffers: ranked paths (BASTION) or a chain (DFlash)."""
-    if ranked and walks_on_host(engine):
-        arrays = tree_arrays(engine.host_walk, engine.top_tok.numpy(), int(engine.root), n)
-        for buf, a in zip((engine.tree_tokens, engine.tree_parents, engine.tree_depths), arrays):
-            buf.numpy()[:n] = a
-        engine.tree_anc.numpy()[:n, :n] = arrays[3]
-        return
-    if ranked:
-        p = engine.paths
-        tree = paths_tree(engine.root, engine.top_tok, p["depth"], p["local"], p["par_local"], p["rank"], n,
-                          engine.n_max)
-    else:  # the drafter's greedy block after the root (DFlash); AR's root alone is build_root
-        tree = chain_tree(engine.root, row_argmax(engine.draft_out[: n - 1], engine.argmax_chunks))
-    engine.tree_tokens[:n].copy_(tree.tokens)
-    engine.tree_parents[:n].copy_(tree.parents)
-    engine.tree_depths[:n].copy_(tree.depths)
-    engine.tree_anc[:n, :n].copy_(tree.ancestors)
+    def walks_on_host(self) -> bool:
+        """Rank and build by the best-first walk: an uncompiled CPU engine, unless
+        ``BASTION_RANK=torch`` asks for the torch references."""
+        return self.device.type == "cpu" and not self.compiled and not torch_references_forced()
+
+    def rank(self, m: int, policy: TreePolicy, cost_model: CostModel, fixed_cost: float) -> int:
+        """Rank the best ``m`` paths; the rule's node count into the readback vector; returns how many paths exist."""
+        bufs = self.bufs
+        nodes = bufs.readback[Readback.NODES : Readback.NODES + 1]
+        if self.walks_on_host():
+            curve = lambda n: cost_model.curve_at(int(bufs.length), n)  # noqa: E731  C(n), as RuleCount evaluates it
+            got, self.host_walk = rank_walk(self.logq.numpy(), m, policy, curve, fixed_cost)
+            nodes.fill_(self.host_walk.count)
+            return got
+        logp, depth, local, par_local, rank_ = top_paths(self.logq, m)
+        got = logp.shape[0]
+        for name, t in (("depth", depth), ("local", local), ("par_local", par_local), ("rank", rank_)):
+            self.paths[name][:got].copy_(t)
+        if policy.budget is not None:
+            nodes.fill_(min(policy.budget, got + 1))
+        else:
+            self.count(logp, policy, cost_model, fixed_cost, bufs.length, nodes)
+        return got
+
+    def build(self, ranked: bool, n: int) -> None:
+        """The ``n``-node tree (n > 1) into the tree buffers: ranked paths (BASTION) or a chain (DFlash)."""
+        bufs = self.bufs
+        if ranked and self.walks_on_host():
+            arrays = tree_arrays(self.host_walk, self.top_tok.numpy(), int(bufs.root), n)
+            for buf, a in zip((bufs.tree_tokens, bufs.tree_parents, bufs.tree_depths), arrays):
+                buf.numpy()[:n] = a
+            bufs.tree_anc.numpy()[:n, :n] = arrays[3]
+            return
+        if ranked:
+            p = self.paths
+            tree = paths_tree(bufs.root, self.top_tok, p["depth"], p["local"], p["par_local"], p["rank"], n, bufs.n_max)
+        else:  # the drafter's greedy block after the root (DFlash); AR's root alone is the engine's build_root
+            tree = chain_tree(bufs.root, row_argmax(self.draft_out[: n - 1], self.argmax_chunks))
+        bufs.write_tree(tree)

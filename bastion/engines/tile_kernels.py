@@ -3,7 +3,7 @@
 A verification forward is AR's forward with 16 to a few dozen rows: each weight byte is
 still read once, so the step is bound by the weight stream as AR's is.  cuBLASLt streams
 the weights well at 32 rows, but the step around it pays for about 17 kernels a layer
-(norms, split-K reductions, SiLU times up, residual adds), as AR's did before
+(norms, split-K reductions, SiLU times up, residual adds), as AR's does without
 :mod:`bastion.engines.row_kernels`.  This kernel takes the row kernel's fusions that come
 after the product, on the tensor cores:
 
@@ -16,8 +16,8 @@ The norms before the q/k/v and gate/up products are one small kernel each
 (:func:`rms_rows`), with the layers' own rounding: inside the product they cost more than
 they saved (see :func:`_tile_kernel`).
 
-Why the first tensor-core form failed (docs/performance.md, session 22): its x tile was as
-large as its weight tile, so loading x cost as much as streaming the weights.  Here a
+Why a tensor-core tile as tall as it is wide fails here (docs/performance.md): its x tile is
+as large as its weight tile, so loading x costs as much as streaming the weights.  Here a
 program covers ``block_n`` outputs (32 to 128) for ``block_m`` rows, so x is a fraction of
 the weight traffic, and splits K across programs (``split``) to keep every SM streaming
 when N / block_n alone is too few programs.  Split programs write fp32 partial sums; a
@@ -36,7 +36,7 @@ import triton.language as tl
 
 # (rows bucket, N, K) -> (block_m, block_n, block_k, split, warps, stages), the fastest
 # measured on an H200 for the Qwen3-8B shape's q/k/v, output, gate/up and down products at 16
-# and 32 rows (`tools/gpu/tile_kernel_bench.py`, session 23).  Other shapes take
+# and 32 rows (`tools/gpu/tile_kernel_bench.py`).  Other shapes take
 # :func:`default_setting`.
 SETTINGS: dict[tuple[int, int, int], tuple[int, int, int, int, int, int]] = {
     (16, 6144, 4096): (16, 64, 256, 1, 4, 3),
@@ -104,9 +104,9 @@ def _tile_kernel(x_ptr, w_ptr, out_ptr, part_ptr, r_ptr, M, N, K, K_SLICE,
                  GATED: tl.constexpr, RESID: tl.constexpr, IEEE: tl.constexpr):
     """Program (n block, m block, K slice): acc[BM, BN] = x[m, slice] @ W[n, slice].T (and W[N + n] if gated).
 
-    x goes into the dot as loaded, so its loads pipeline with the weights'.  (A first
-    version normalised x in here; the arithmetic between load and dot stopped that, and
-    the normed products ran 1.15-1.8x slower than cuBLAS at 16-32 rows: session 23.)
+    x goes into the dot as loaded, so its loads pipeline with the weights'.  (Normalising
+    x in here puts arithmetic between load and dot, which stops that: the normed products
+    ran 1.15-1.8x slower than cuBLAS at 16-32 rows, docs/performance.md.)
     """
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)

@@ -4,8 +4,8 @@ The compiled engine's verification attends a handful of new tokens (AR's one, a 
 few dozen) to a window of cached K/V.  As two batched multiplies with a fused softmax
 between them, plus the transpose into the output projection's layout, that is four
 launches a layer; on an H200 at the Qwen3-8B shape they took 17 µs a layer for a 32-node
-tree (0.6 ms of a 5.8 ms verification) and 8.5 µs for AR (docs/performance.md, session
-16).  Here one kernel streams the window once per K/V head in key blocks with an online
+tree (0.6 ms of a 5.8 ms verification) and 8.5 µs for AR (docs/performance.md).
+Here one kernel streams the window once per K/V head in key blocks with an online
 softmax (flash-decoding), every query head of the group and every tree row in the same
 tile, and writes [s, Hq, D] directly; for long windows the keys are split over more
 programs and a second kernel merges the partial results.
@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from bastion.engines.static_attention import kernel_layout
+from bastion.engines.attention_layout import kernel_layout
 
 BLOCK_N = 32  # keys per block
 
@@ -133,7 +133,7 @@ def tree_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, 
     if not kernel_layout(query, key, value, mask):
         raise ValueError(f"tree_attention cannot read query {tuple(query.shape)} (contiguous: {query.is_contiguous()}), "
                          f"key/value {tuple(key.shape)} or a {mask.dtype} mask as laid out; "
-                         "see bastion.engines.static_attention.kernel_layout")
+                         "see bastion.engines.attention_layout.kernel_layout")
     rows = g * s
     if programs is None:
         programs = _programs(query.device.index if query.device.type == "cuda" else 0)

@@ -29,7 +29,7 @@ from bastion.runs.inputs import Inputs, dist
 from bastion.runs.session import Session, drafters
 from bastion.runs.settings import RunSettings
 from bastion.runs.turns import decode_prompt
-from bastion.speculative.tree import TreePolicy
+from bastion.speculative.policy import TreePolicy
 
 
 @dataclass

@@ -15,6 +15,9 @@ nodes form a single chain and sorting them by depth gives the path.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import torch
 
 from bastion.speculative.tree import Tree
@@ -48,11 +51,44 @@ def accept(tree: Tree, proposals: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     return path_order, ok.sum() - 1
 
 
-def emitted_tokens(back: list[int]) -> list[int]:
-    """A step's tokens from its readback ``[count, *, path tokens..., bonus]``: the accepted drafts, then the bonus.
+@dataclass(frozen=True)
+class Readback:
+    """The layout of the one vector a step sends to the host: ``[accepted count, node count, path tokens.., bonus]``.
 
-    Both engines read a step back in this layout (slot 1 holds the root or the next node
-    count), so one host transfer carries everything the host needs.
+    Both engines read a step back in this layout, so one host transfer carries everything
+    the host needs: how many drafts were accepted, the tokens to emit and (the static
+    engine's) the rule's node count for the next tree, ranked before the read.  ``width``
+    is the root plus the longest path a step can accept: ``width - 1`` path slots, of
+    which the first ``accepted`` hold the accepted drafts.
     """
-    a = back[0]
-    return back[2 : 2 + a] + [back[-1]]
+
+    width: int
+
+    COUNT: ClassVar[int] = 0  # drafts accepted (the path's length below the root)
+    NODES: ClassVar[int] = 1  # the rule's node count of the next tree (static engine), or this step's tree size
+    PATH: ClassVar[int] = 2  # the first accepted draft token
+
+    @property
+    def size(self) -> int:
+        return self.width + 2
+
+    @property
+    def path(self) -> slice:
+        """The path slots: the accepted drafts, then whatever the rest of the walk's order holds."""
+        return slice(self.PATH, self.width + 1)
+
+    @property
+    def bonus(self) -> int:
+        """The bonus token's slot: the last."""
+        return self.width + 1
+
+    @staticmethod
+    def pack(count: torch.Tensor, nodes: torch.Tensor, path: torch.Tensor, bonus: torch.Tensor) -> torch.Tensor:
+        """A readback vector [len(path) + 3] from the accepted count, node count (0-d or [1]), path tokens and bonus [1]."""
+        return torch.cat([count.view(1), nodes.view(1), path, bonus.view(1)])
+
+    @classmethod
+    def tokens(cls, back: list[int]) -> list[int]:
+        """A step's emitted tokens from its vector on the host: the accepted drafts, then the bonus."""
+        a = back[cls.COUNT]
+        return back[cls.PATH : cls.PATH + a] + [back[-1]]

@@ -3,9 +3,8 @@
 :func:`bastion.speculative.rule.count_nodes` and the cost curve it reads
 (:meth:`bastion.costmodel.model.CostModel.curve`) are about 45 tiny element-wise, scan
 and reduction kernels.  Inside a CUDA graph each still costs a few microseconds, so on an
-H200 the adaptive rule's ``rank`` graph took 104-115 µs against 48-56 µs for a fixed
-budget's (docs/performance.md, session 11), and the tiny pair's adaptive steps paid the
-difference on every step.  Here one program evaluates C(n, c) for every candidate tree
+H200 the adaptive rule's ``rank`` graph takes 104-115 µs with them against 48-56 µs for a
+fixed budget's (docs/performance.md), a difference every adaptive step pays.  Here one program evaluates C(n, c) for every candidate tree
 size from the precomputed curve parts, finds the first candidate the rule rejects and
 picks the better bucket beside that count.
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bastion.defaults import EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS, METHODS
-from bastion.speculative.tree import TreePolicy
+from bastion.speculative.policy import TreePolicy
 
 TREE_KINDS = ("chain", "ranked", "drafted")
 

@@ -18,7 +18,7 @@ import torch
 from bastion.defaults import torch_references_forced
 
 if TYPE_CHECKING:
-    from bastion.speculative.tree import TreePolicy
+    from bastion.speculative.policy import TreePolicy
 
 
 def count_nodes(
@@ -33,8 +33,8 @@ def count_nodes(
     "the expected rate P/(F + C) of the tree with it beats the rate without it".  Trees come
     in buckets (multiples of ``n_min``), so the count that is not a multiple is then taken to
     whichever bucket beside it has the higher rate, when the bucket above fits the ranked
-    candidates and ``n_max``; rounding down every time threw away up to ``n_min - 1``
-    nodes the rule had found worth their cost (docs/performance.md, session 17).  A count
+    candidates and ``n_max``; rounding down every time would throw away up to ``n_min - 1``
+    nodes the rule found worth their cost (docs/performance.md).  A count
     left as it is rounds down in :func:`bucket_size`.
 
     On a CPU the same arithmetic runs in NumPy: a dozen tiny operations where torch's

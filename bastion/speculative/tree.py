@@ -44,16 +44,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bastion.defaults import N_MAX, N_MIN, TOPK, TOPK_LIMIT, torch_references_forced
-from bastion.speculative.best_first import tree_arrays, walk
-from bastion.speculative.path_rank import ranked_count, top_paths
-from bastion.speculative.rule import (
-    bucket_pair,
-    bucket_size,
-    count_nodes,
-    search_width,
-    wider_search,
-)
+from bastion.defaults import torch_references_forced
+from bastion.speculative.best_first import rank_walk, tree_arrays
+from bastion.speculative.path_rank import top_paths
+from bastion.speculative.policy import TreePolicy
+from bastion.speculative.rule import bucket_pair, bucket_size, count_nodes
+from bastion.speculative.search import AdaptiveSearch
 
 
 @dataclass
@@ -112,34 +108,9 @@ def root_tree(root: torch.Tensor) -> Tree:
     return chain_tree(root, root.new_empty(0))
 
 
-@dataclass(frozen=True)
-class TreePolicy:
-    """How many nodes to verify.
-
-    ``budget=None`` is BASTION's adaptive rule; ``budget=N`` takes the N most probable
-    nodes (root included), for the budget ablation.  ``topk`` caps the tokens considered
-    per depth (K <= 128).
-    """
-
-    n_min: int = N_MIN
-    n_max: int = N_MAX
-    topk: int = TOPK
-    bucket: bool = True
-    budget: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.n_min < 1 or self.n_max < self.n_min:
-            raise ValueError(f"need 1 <= n_min <= n_max, got n_min={self.n_min}, n_max={self.n_max}")
-        if not 1 <= self.topk <= TOPK_LIMIT:
-            raise ValueError(f"topk must be in 1..{TOPK_LIMIT}, got {self.topk}")
-        if self.budget is not None and self.budget < 1:
-            raise ValueError(f"budget must be >= 1 node, got {self.budget}")
-
-
 def topk_width(policy: TreePolicy, vocab: int) -> int:
     """Tokens considered per depth: the policy's cap, never more than the tree could hold."""
-    limit = policy.budget if policy.budget is not None else policy.n_max
-    return min(policy.topk, vocab, max(limit - 1, 1))
+    return min(policy.topk, vocab, max(policy.limit - 1, 1))
 
 
 def draft_topk(draft_logits: torch.Tensor, temperature: float, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -188,38 +159,47 @@ def build_tree_topk(
 
     ``search_hint`` bounds how many paths are ranked per depth; if the rule would keep
     growing past that bound the search is repeated with a larger one, so the result is
-    exact.  Each attempt costs one host sync (reading the node count).
+    exact (:class:`~bastion.speculative.search.AdaptiveSearch`).  Each attempt costs one
+    host sync (reading the node count).
     """
     if policy.budget is None and cost_curve is None:
         raise ValueError("the adaptive tree needs a cost curve; pass budget=N for a fixed-size tree")
-    limit = policy.budget if policy.budget is not None else policy.n_max
-    # a fixed budget knows its size; the adaptive rule starts from the hint and widens if needed
-    adaptive_hint = search_hint is not None and policy.budget is None
-    m = search_width(search_hint, policy) if adaptive_hint else max(limit - 1, 1)
     on_host = logq.device.type == "cpu" and not torch_references_forced()  # the best-first walk
-    while True:
-        if on_host:
-            got = ranked_count(logq.shape[0], logq.shape[1], m)
-            curve = None if policy.budget is not None else cost_curve[: min(policy.n_max, got) + 2].tolist()
-            walked = walk(logq[:, :m].tolist(), got, policy, curve, fixed_cost)
-            n = walked.count
-        else:
-            logp, depth, local, par_local, rank = top_paths(logq, m)
-            got = logp.shape[0]
-            n = min(policy.budget, got + 1) if policy.budget is not None else None
-            if n is None:
-                n = int(count_nodes(logp, policy, cost_curve, fixed_cost))  # the step's one host sync
-        if policy.budget is not None:
-            break
-        wider = wider_search(m, got, n, policy)
-        if wider is None:
-            break
-        m = wider
-    n = bucket_size(n, policy)
-    if on_host:
-        arrays = tree_arrays(walked, tok.numpy(), int(root), n)
-        return Tree(*(torch.from_numpy(a) for a in arrays))
-    return paths_tree(root.view(()).to(tok.device), tok, depth, local, par_local, rank, n, m + 1)
+    ranking = (_WalkRanking if on_host else _PathRanking)(logq, policy, cost_curve, fixed_cost)
+    n = AdaptiveSearch(policy).count(search_hint, ranking.rank)
+    return ranking.tree(root, tok, n)
+
+
+class _WalkRanking:
+    """Ranks and counts by the best-first walk (CPU): the walk's nodes are the tree's."""
+
+    def __init__(self, logq: torch.Tensor, policy: TreePolicy, cost_curve: torch.Tensor | None, fixed_cost: float):
+        self.logq, self.policy, self.cost_curve, self.fixed_cost = logq.numpy(), policy, cost_curve, fixed_cost
+
+    def rank(self, m: int) -> tuple[int, int]:
+        got, self.walked = rank_walk(self.logq, m, self.policy, lambda n: self.cost_curve[: n + 2].tolist(),
+                                     self.fixed_cost)
+        return got, self.walked.count
+
+    def tree(self, root: torch.Tensor, tok: torch.Tensor, n: int) -> Tree:
+        return Tree(*(torch.from_numpy(a) for a in tree_arrays(self.walked, tok.numpy(), int(root), n)))
+
+
+class _PathRanking:
+    """Ranks by :func:`top_paths` and counts by :func:`count_nodes` (one host read of the count)."""
+
+    def __init__(self, logq: torch.Tensor, policy: TreePolicy, cost_curve: torch.Tensor | None, fixed_cost: float):
+        self.logq, self.policy, self.cost_curve, self.fixed_cost = logq, policy, cost_curve, fixed_cost
+
+    def rank(self, m: int) -> tuple[int, int]:
+        self.m, self.paths = m, top_paths(self.logq, m)  # (logp, depth, local, par_local, rank) [got] each
+        got = self.paths[0].shape[0]
+        if self.policy.budget is not None:
+            return got, min(self.policy.budget, got + 1)
+        return got, int(count_nodes(self.paths[0], self.policy, self.cost_curve, self.fixed_cost))
+
+    def tree(self, root: torch.Tensor, tok: torch.Tensor, n: int) -> Tree:
+        return paths_tree(root.view(()).to(tok.device), tok, *self.paths[1:], n, self.m + 1)
 
 
 def paths_tree(
@@ -263,56 +243,59 @@ def build_tree_heap(
     pop in the module's tie order: heap keys are (-logp, depth, within-depth key), where a
     node's within-depth key is (-logp, its parent's key, token rank).
     """
-    d_max, vocab = draft_logprobs.shape
-    limit = policy.budget if policy.budget is not None else policy.n_max
-    k = topk_width(policy, vocab)
+    k = topk_width(policy, draft_logprobs.shape[1])
     logq, toks = draft_logprobs.topk(k, dim=-1)
-    logq, toks = logq.tolist(), toks.tolist()
+    heap = _Heap(root, logq.tolist(), toks.tolist(), k)
     curve = None if cost_curve is None else cost_curve.double().tolist()
-    tokens, parents = [root], [-1]
-    big_p = 1.0
-
-    def f32(x: float) -> float:  # the fp32 sum top_paths computes
-        return float(np.float32(x))
-
-    def entry(lp: float, d: int, r: int, par: int, par_lp: float, par_key: tuple) -> tuple:
-        return (-lp, d, (-lp, par_key, r), r, par, par_lp)
-
-    # heap entries: (-logp, depth, within-depth key, rank, parent node index, parent logp)
-    heap = [entry(f32(logq[0][0]), 1, 0, 0, 0.0, ())] if d_max else []
-
-    def take() -> None:  # the best candidate joins the tree
-        nonlocal big_p
-        neg, d, key, r, par, par_lp = heapq.heappop(heap)
-        tokens.append(toks[d - 1][r])
-        parents.append(par)
-        big_p += math.exp(-neg)
-        me = len(tokens) - 1
-        if d < d_max:  # first child
-            heapq.heappush(heap, entry(f32(-neg + logq[d][0]), d + 1, 0, me, -neg, key))
-        if r + 1 < k:  # next sibling
-            heapq.heappush(heap, entry(f32(par_lp + logq[d - 1][r + 1]), d, r + 1, par, par_lp, key[1]))
-
-    def rate(n: int, p_n: float) -> float:
-        return p_n / (fixed_cost + curve[n])
-
-    p_tree = [1.0]  # p_tree[n - 1] = P(n)
-    while heap and len(tokens) < limit:
-        p = math.exp(-heap[0][0])
-        n = len(tokens)
-        if policy.budget is None:
-            if not (n < policy.n_min or p * (fixed_cost + curve[n]) > big_p * (curve[n + 1] - curve[n])):
-                break
-        take()
-        p_tree.append(big_p)
-    count = len(tokens)
+    while heap.heap and len(heap.tokens) < policy.limit:
+        p, n, big_p = math.exp(-heap.heap[0][0]), len(heap.tokens), heap.p_tree[-1]
+        if policy.budget is None and not (n < policy.n_min
+                                          or p * (fixed_cost + curve[n]) > big_p * (curve[n + 1] - curve[n])):
+            break
+        heap.take()
+    count = len(heap.tokens)
     if policy.budget is None and policy.bucket:  # the better bucket beside the count (count_nodes)
         lo, hi = bucket_pair(count, policy.n_min)
-        if lo >= policy.n_min and lo < count and hi <= limit:
-            while heap and len(tokens) < hi:
-                take()
-                p_tree.append(big_p)
-            if len(tokens) == hi and rate(hi, p_tree[hi - 1]) > rate(lo, p_tree[lo - 1]):
+        if lo >= policy.n_min and lo < count and hi <= policy.limit:
+            while heap.heap and len(heap.tokens) < hi:
+                heap.take()
+            if len(heap.tokens) == hi and heap.rate(hi, curve, fixed_cost) > heap.rate(lo, curve, fixed_cost):
                 count = hi
     n = bucket_size(count, policy)
-    return tokens[:n], parents[:n]
+    return heap.tokens[:n], heap.parents[:n]
+
+
+class _Heap:
+    """:func:`build_tree_heap`'s candidates and the tree they join, one pop at a time."""
+
+    def __init__(self, root: int, logq: list[list[float]], toks: list[list[int]], k: int) -> None:
+        self.logq, self.toks, self.k, self.d_max = logq, toks, k, len(logq)
+        self.tokens, self.parents = [root], [-1]
+        self.p_tree = [1.0]  # p_tree[n - 1] = P(n): the root plus the kept paths' probabilities
+        # entries: (-logp, depth, within-depth key, rank, parent node index, parent logp)
+        self.heap = [self._entry(self._f32(logq[0][0]), 1, 0, 0, 0.0, ())] if self.d_max else []
+
+    @staticmethod
+    def _f32(x: float) -> float:  # the fp32 sum top_paths computes
+        return float(np.float32(x))
+
+    @staticmethod
+    def _entry(lp: float, d: int, r: int, par: int, par_lp: float, par_key: tuple) -> tuple:
+        return (-lp, d, (-lp, par_key, r), r, par, par_lp)
+
+    def rate(self, n: int, curve: list[float], fixed_cost: float) -> float:
+        """The expected tokens per second of the first ``n`` nodes: P(n) / (T_fixed + C(n))."""
+        return self.p_tree[n - 1] / (fixed_cost + curve[n])
+
+    def take(self) -> None:
+        """The best candidate joins the tree; its first child and next sibling become candidates."""
+        neg, d, key, r, par, par_lp = heapq.heappop(self.heap)
+        self.tokens.append(self.toks[d - 1][r])
+        self.parents.append(par)
+        self.p_tree.append(self.p_tree[-1] + math.exp(-neg))
+        me = len(self.tokens) - 1
+        if d < self.d_max:  # first child
+            heapq.heappush(self.heap, self._entry(self._f32(-neg + self.logq[d][0]), d + 1, 0, me, -neg, key))
+        if r + 1 < self.k:  # next sibling
+            lp = self._f32(par_lp + self.logq[d - 1][r + 1])
+            heapq.heappush(self.heap, self._entry(lp, d, r + 1, par, par_lp, key[1]))

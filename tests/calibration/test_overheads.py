@@ -18,8 +18,8 @@ from bastion.calibration.overheads import (
 from bastion.calibration.store import Calibration
 from bastion.costmodel.model import CostModel, StepOverheads, rule_costs
 from bastion.results.generation import GenerationResult, StepStats
+from bastion.speculative.policy import TreePolicy
 from bastion.speculative.rule import count_nodes
-from bastion.speculative.tree import TreePolicy
 from tests.calibration.test_store_format import PARAMS, PEAKS, SHAPE
 
 

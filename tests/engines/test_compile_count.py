@@ -17,11 +17,10 @@ import torch
 from torch._dynamo.utils import counters
 
 from bastion.calibration.overheads import profile_baselines, profile_overheads
-from bastion.engines import compiled
 from bastion.engines.static_decoder import StaticDecoder
 from bastion.engines.static_engine import StaticEngine
 from bastion.models.target import Target
-from bastion.speculative.tree import TreePolicy
+from bastion.speculative.policy import TreePolicy
 from tests.support.builders import tiny_drafter, tiny_target
 
 
@@ -48,8 +47,7 @@ def _frames(run) -> tuple[int, dict]:
 def test_decoding_after_calibration_compiles_only_its_own_shapes(eager_compile):
     model = tiny_target("qwen3", seed=11, scale=3.0, layers=3)
     target, drafter = Target(model), tiny_drafter(model, block_size=6, seed=8)
-    engine = StaticEngine(target, drafter, max_context=128, n_max=32)
-    compiled.fuse(engine, compile=True)
+    engine = StaticEngine(target, drafter, max_context=128, n_max=32, fused=True, compile=True)  # the compiled engine
     prompt = list(range(3, 30))
 
     def step_constants():  # calibration's fixed-budget BASTION runs, several sizes

@@ -21,7 +21,7 @@ from bastion.engines.static_decoder import StaticDecoder
 from bastion.engines.static_engine import StaticEngine
 from bastion.engines.static_layers import FusedLayers
 from bastion.models.target import Target
-from bastion.speculative.tree import TreePolicy
+from bastion.speculative.policy import TreePolicy
 from tests.support.builders import tiny_drafter, tiny_target
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
@@ -36,8 +36,9 @@ def test_every_layer_function_compiles_and_decodes_as_eager():
     model = tiny_target("qwen3", seed=11, scale=3.0, layers=3)
     target, drafter = Target(model), tiny_drafter(model, block_size=6, seed=8)
     engine = StaticEngine(target, drafter, max_context=128, n_max=32)
-    engine.fused = FusedLayers(target, compile=True)  # what compiled.fuse does on CUDA
-    engine.fused_drafter = FusedDrafter(drafter, compile=True, layers=engine.fused)
+    # the compiled engine's layers as they are compiled on CUDA (its step functions stay uncompiled here)
+    engine.fused = FusedLayers(target, compile=True)
+    engine.proposers["dflash"].fused_drafter = FusedDrafter(drafter, compile=True, layers=engine.fused)
     prompt = list(range(3, 30))
     for method, policy in (("bastion", TreePolicy(budget=12)), ("dflash", None), ("ar", None)):
         want = EagerDecoder(target, method, drafter, policy).generate(prompt, 24)

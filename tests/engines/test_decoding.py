@@ -16,7 +16,7 @@ from bastion.engines.base import PositionLimitError
 from bastion.engines.eager import EagerDecoder
 from bastion.models.target import Target
 from bastion.results.records import make_record
-from bastion.speculative.tree import TreePolicy
+from bastion.speculative.policy import TreePolicy
 from tests.support.builders import EOS_ID, tiny_drafter, tiny_target
 from tests.support.decoding import POLICIES, OracleDecoder, _ar, _cost_model
 

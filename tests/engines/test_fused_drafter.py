@@ -82,7 +82,7 @@ def test_compiled_engine_keeps_a_drafter_it_cannot_fuse():
     attn.q_proj.bias = torch.nn.Parameter(torch.randn(attn.q_proj.out_features))
     assert not FusedDrafter.supports(drafter)
     engine = StaticEngine(target, drafter, max_context=64, n_max=32, fused=True)
-    assert engine.fused is not None and engine.fused_drafter is None
+    assert engine.fused is not None and engine.proposers["dflash"].fused_drafter is None
     prompt = list(range(5, 17))
     eager = EagerDecoder(target, "dflash", drafter).generate(prompt, 24)
     static = StaticDecoder(engine, "dflash").generate(prompt, 24)
@@ -94,6 +94,6 @@ def test_bastion_drafter_module_keeps_the_drafters_layers(monkeypatch):
     model = tiny_target("qwen3", seed=1)
     target, drafter = Target(model), tiny_drafter(model, block_size=4, seed=2)
     monkeypatch.setenv("BASTION_DRAFTER", "module")
-    assert StaticEngine(target, drafter, max_context=32, n_max=16, fused=True).fused_drafter is None
+    assert StaticEngine(target, drafter, max_context=32, n_max=16, fused=True).proposers["dflash"].fused_drafter is None
     monkeypatch.delenv("BASTION_DRAFTER")
-    assert StaticEngine(target, drafter, max_context=32, n_max=16, fused=True).fused_drafter is not None
+    assert StaticEngine(target, drafter, max_context=32, n_max=16, fused=True).proposers["dflash"].fused_drafter is not None

@@ -9,7 +9,7 @@ from bastion.engines.choice import resolve_engine
 from bastion.engines.factory import Engine
 from bastion.models.target import Target
 from bastion.speculative.methods import method_spec
-from bastion.speculative.tree import TreePolicy
+from bastion.speculative.policy import TreePolicy
 from tests.support.builders import tiny_drafter, tiny_target
 
 

@@ -119,7 +119,7 @@ from bastion.engines.static_decoder import StaticDecoder
 from bastion.engines.static_engine import StaticEngine
 from bastion.engines.static_layers import FusedLayers
 from bastion.models.target import Target
-from bastion.speculative.tree import TreePolicy
+from bastion.speculative.policy import TreePolicy
 from tests.support.builders import tiny_drafter, tiny_target
 
 model = tiny_target("qwen3", seed=11, scale=3.0, layers=3)

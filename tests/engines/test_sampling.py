@@ -21,7 +21,7 @@ from scipy.stats import chi2, chisquare, norm
 from bastion.engines import eager
 from bastion.engines.eager import EagerDecoder
 from bastion.models.target import Target
-from bastion.speculative.tree import TreePolicy
+from bastion.speculative.policy import TreePolicy
 from tests.support.builders import tiny_drafter, tiny_target
 
 VOCAB, NEW = 6, 3
@@ -113,11 +113,8 @@ def wrong_drafts():
     q[w] = 0.9
     q /= q.sum()
 
-    class WrongDrafts(EagerDecoder):
-        def _draft(self, root, c, feats, feat_pos, dcache):
-            return q.log().expand(self.block_size - 1, PV).clone()
-
-    dec = WrongDrafts(Target(model), "bastion", drafter, TreePolicy(budget=4, topk=2))
+    dec = EagerDecoder(Target(model), "bastion", drafter, TreePolicy(budget=4, topk=2))
+    dec.proposer.logits = lambda root, c: q.log().expand(dec.block_size - 1, PV).clone()  # the same wrong drafts
     return model, dec, q, w
 
 

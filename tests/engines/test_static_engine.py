@@ -9,6 +9,8 @@ decoder, which is itself checked against AR and Transformers in test_decoding.py
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -20,47 +22,44 @@ from bastion.engines.static_cache import ContextTooLongError
 from bastion.engines.static_decoder import StaticDecoder
 from bastion.engines.static_engine import StaticEngine
 from bastion.models.target import Target
-from bastion.speculative.tree import TreePolicy
+from bastion.speculative.policy import TreePolicy
 from tests.support.builders import EOS_ID, tiny_drafter, tiny_target
-from tests.support.decoding import POLICIES, OracleDecoder, _ar, _cost_model
+from tests.support.decoding import POLICIES, OracleDecoder, _ar, _cost_model, oracle_logits
 
 
-class OracleEngine(StaticEngine):
-    """Drafts exactly as :class:`OracleDecoder` does (same generator, same calls)."""
-
-    def __init__(self, *a, reference: list[int], prompt_len: int, hit: float, seed: int, **kw):
-        super().__init__(*a, **kw)
-        self.reference, self.prompt_len, self.hit = reference, prompt_len, hit
-        self.rng = torch.Generator().manual_seed(seed)
-
-    def draft_logits(self, kv, feats):
-        c = int(self.length)  # a test may read the device: the CPU has no graphs to break
-        vocab, b = self.target.config.vocab_size, self.block
-        logits = torch.randn(b - 1, vocab, generator=self.rng)
-        offset = c - self.prompt_len + 1
-        for d in range(b - 1):
-            j = offset + d
-            if j < len(self.reference) and torch.rand((), generator=self.rng) < self.hit:
-                logits[d, self.reference[j]] += 8.0
-        return logits
+def oracle_engine(*a, reference: list[int], prompt_len: int, hit: float, seed: int, **kw) -> StaticEngine:
+    """A static engine whose DFlash drafts are exactly :class:`OracleDecoder`'s (same generator, same calls)."""
+    engine = StaticEngine(*a, **kw)
+    drafts = engine.proposers["dflash"]
+    rng, vocab = torch.Generator().manual_seed(seed), engine.target.config.vocab_size
+    # a test may read the device: the CPU has no graphs to break
+    drafts.draft_logits = lambda kv, feats: oracle_logits(rng, reference, prompt_len, hit, int(drafts.bufs.length),
+                                                          engine.block, vocab)
+    return engine
 
 
-class RecordingDecoder(EagerDecoder):
-    """Eager decoder that keeps every step's draft logits."""
+def recording_decoder(*a, **kw) -> EagerDecoder:
+    """An eager decoder that keeps every step's draft logits in ``.drafts``."""
+    dec = EagerDecoder(*a, **kw)
+    dec.drafts = []
+    if dec.spec.drafter == "dflash":  # AR drafts nothing
+        logits = dec.proposer.logits
+        dec.proposer.logits = lambda root, c: _kept(dec.drafts, logits(root, c))
+    return dec
 
-    def _draft(self, *a, **kw):
-        logits = super()._draft(*a, **kw)
-        self.drafts.append(logits.clone())
-        return logits
+
+def recording_engine(*a, **kw) -> StaticEngine:
+    """A static engine that keeps every step's draft logits in ``.drafts`` (CPU only: no graphs to break)."""
+    engine = StaticEngine(*a, **kw)
+    drafts = engine.proposers["dflash"]
+    engine.drafts, logits = [], drafts.draft_logits
+    drafts.draft_logits = lambda kv, feats: _kept(engine.drafts, logits(kv, feats))
+    return engine
 
 
-class RecordingEngine(StaticEngine):
-    """Static engine that keeps every step's draft logits (CPU only: no graphs to break)."""
-
-    def draft_logits(self, kv, feats):
-        logits = super().draft_logits(kv, feats)
-        self.drafts.append(logits.clone())
-        return logits
+def _kept(store: list, logits: torch.Tensor) -> torch.Tensor:
+    store.append(logits.clone())
+    return logits
 
 
 def _same(eager, static) -> None:
@@ -79,15 +78,15 @@ def test_real_drafters_static_equals_eager(family, block_size, fused):
     drafter = tiny_drafter(model, block_size=block_size, seed=block_size)
     cm, ov = _cost_model(model)
     # fused: the layers as the two functions torch.compile fuses on a GPU (run uncompiled here)
-    engine = RecordingEngine(target, drafter, max_context=32, n_max=64, fused=fused)  # too small: it must grow
-    assert (engine.fused_drafter is not None) == fused  # the drafter's functions too (tests/engines/test_fused_drafter.py)
+    engine = recording_engine(target, drafter, max_context=32, n_max=64, fused=fused)  # too small: it must grow
+    assert (engine.proposers["dflash"].fused_drafter is not None) == fused  # the drafter's functions too (tests/engines/test_fused_drafter.py)
     gen = torch.Generator().manual_seed(block_size)
     policies = [("ar", None), ("dflash", None), ("bastion", TreePolicy(n_min=4, n_max=64)), ("bastion", TreePolicy(budget=7))]
     for p in range(3):
         prompt = torch.randint(0, 250, (int(torch.randint(1, 30, (1,), generator=gen)),), generator=gen).tolist()
         for method, policy in policies:
-            dec = RecordingDecoder(target, method, drafter, policy, cm, ov)
-            dec.drafts, engine.drafts = [], []
+            dec = recording_decoder(target, method, drafter, policy, cm, ov)
+            engine.drafts.clear()
             eager = dec.generate(prompt, 40)
             static = StaticDecoder(engine, method, policy, cm, ov).generate(prompt, 40)
             _same(eager, static)
@@ -96,7 +95,7 @@ def test_real_drafters_static_equals_eager(family, block_size, fused):
             assert len(engine.drafts) == len(dec.drafts) + (method != "ar")
             for a, b in zip(dec.drafts, engine.drafts):
                 torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
-    assert engine.max_context >= 30 + 40  # grew past its initial size
+    assert engine.buffers.max_context >= 30 + 40  # grew past its initial size
 
 
 @pytest.mark.parametrize("policy", POLICIES, ids=lambda p: f"b{p.budget}-min{p.n_min}-max{p.n_max}-k{p.topk}")
@@ -114,7 +113,7 @@ def test_oracle_trees_static_equals_eager(policy):
         for method, hit in (("bastion", 0.5), ("bastion", 0.95), ("dflash", 0.9)):
             kw = dict(reference=ref, prompt_len=len(prompt), hit=hit, seed=p)
             eager = OracleDecoder(target, method, drafter, policy, cm, ov, **kw).generate(prompt, 60)
-            engine = OracleEngine(target, drafter, 128, max(policy.n_max if policy.budget is None else policy.budget, 8), **kw)
+            engine = oracle_engine(target, drafter, 128, max(policy.limit, 8), **kw)
             static = StaticDecoder(engine, method, policy, cm, ov).generate(prompt, 60)
             _same(eager, static)
             assert static.output_ids == ref
@@ -134,7 +133,7 @@ def test_max_new_tokens_and_stop_tokens(max_new):
         kw = dict(reference=ref, prompt_len=4, hit=0.97, seed=max_new)
         for method in ("dflash", "bastion"):
             eager = OracleDecoder(target, method, drafter, TreePolicy(budget=24), **kw).generate(prompt, max_new, stop_token_ids=stops)
-            engine = OracleEngine(target, drafter, 64, 24, **kw)
+            engine = oracle_engine(target, drafter, 64, 24, **kw)
             static = StaticDecoder(engine, method, TreePolicy(budget=24)).generate(prompt, max_new, stop_token_ids=stops)
             _same(eager, static)
             for res in (eager, static):  # exact tau: only emitted tokens count; the prefill emits the first
@@ -221,7 +220,7 @@ def test_limits_are_refused_with_the_fix():
     with pytest.raises(ValueError, match="tree may grow to 64 nodes but the static engine was built for n_max=32"):
         StaticDecoder(engine, "bastion", TreePolicy(budget=64))
     with pytest.raises(ContextTooLongError, match=r"exceed the static engine's buffers \(\d+\); raise its max_context"):
-        engine.window(engine.capacity + 1)
+        engine.window(engine.buffers.capacity + 1)
     with pytest.raises(ValueError, match="unknown engine 'turbo'; choose one of: auto, eager, static, compiled"):
         check_engine("turbo")
 
@@ -248,6 +247,38 @@ def test_engine_factory_and_static_calibration_probe():
     assert eng.decoder("ar").generate([1, 2, 3], 10).output_ids == _ar(target, [1, 2, 3], 10)
 
 
+@pytest.mark.parametrize("name", ["eager", "static", "compiled"])
+def test_the_probe_times_the_sampling_at_t_above_0(monkeypatch, name):
+    """At T > 0 a probe's timed step samples a token at every node, as a sampling decode step does, so C(n)
+    holds that cost: a sampler made deliberately slow shows up in every timed call, and only at T > 0."""
+    from bastion.calibration.peaks import sample_times
+    from bastion.engines import eager, static_probe
+
+    delay = 0.2
+    model = tiny_target(seed=2)
+    engine = Engine(name, Target(model), tiny_drafter(model, block_size=4), n_max=16)
+    probe, module = engine.verify_probe(), eager if name == "eager" else static_probe
+    real, calls = module.propose, []
+
+    def slow(logits, temperature, generator=None):
+        calls.append((tuple(logits.shape), temperature))
+        time.sleep(delay)
+        return real(logits, temperature, generator)
+
+    monkeypatch.setattr(module, "propose", slow)
+    probe.reserve(64, nodes=8)
+    probe.at_context(16, 8, torch.Generator().manual_seed(0))
+    vocab = model.config.vocab_size
+    for s, temperature in ((5, 1.0), (8, 0.7), (5, 0.0)):
+        calls.clear()
+        times = sample_times(probe.probe(torch.arange(1, s + 1), 16, temperature=temperature), torch.device("cpu"), 1, 2)
+        if temperature > 0:
+            assert calls == [((s, vocab), temperature)] * 3  # the warm-up and both timed calls sample all s nodes
+            assert min(times) >= delay, times
+        else:
+            assert calls == [] and max(times) < delay, times
+
+
 @pytest.mark.parametrize("name", ["static", "compiled"])
 def test_calibration_probe_builds_no_autograd_graph(name):
     """A probe runs outside the decoders' no_grad: buffers must not start chaining autograd graphs.
@@ -262,8 +293,9 @@ def test_calibration_probe_builds_no_autograd_graph(name):
     eng, probe = engine.static, engine.verify_probe()
     for s, c in ((3, 5), (7, 9)):
         probe.probe(torch.arange(1, s + 1), c)()
-    assert eng.features.grad_fn is None and not eng.features.requires_grad
-    assert not eng.proposals.requires_grad and eng.cache.kv.grad_fn is None
+    features = eng.proposers["dflash"].features
+    assert features.grad_fn is None and not features.requires_grad
+    assert not eng.buffers.proposals.requires_grad and eng.buffers.cache.kv.grad_fn is None
 
 
 def test_grouped_attention_equals_repeated_heads():
@@ -379,11 +411,12 @@ def test_build_traces_as_one_graph_for_every_tree_kind():
     model = tiny_target("qwen3", seed=11, scale=3.0)
     target = Target(model)
     engine = StaticEngine(target, tiny_drafter(model, block_size=6, seed=3), max_context=64, n_max=16)
-    engine.draft_out.normal_()
-    want = engine.draft_out[:5].argmax(dim=-1)
-    build = torch.compile(engine.build, backend="eager", fullgraph=True, dynamic=True)  # fullgraph: a break raises
+    draft_out, bufs = engine.proposers["dflash"].draft_out, engine.buffers
+    draft_out.normal_()
+    want = draft_out[:5].argmax(dim=-1)
+    build = torch.compile(engine.tree_phase.build, backend="eager", fullgraph=True, dynamic=True)  # a break raises
     build(False, 6)
-    assert torch.equal(engine.tree_tokens[1:6], want)
-    engine.root.fill_(9)
+    assert torch.equal(bufs.tree_tokens[1:6], want)
+    bufs.root.fill_(9)
     engine.build_root()
-    assert engine.tree_tokens[0] == 9 and engine.tree_depths[0] == 0 and bool(engine.tree_anc[0, 0])
+    assert bufs.tree_tokens[0] == 9 and bufs.tree_depths[0] == 0 and bool(bufs.tree_anc[0, 0])

@@ -43,6 +43,6 @@ def test_the_cli_eagle3_bounds_are_the_policys(depth, topk, total):
 
 @pytest.mark.parametrize("topk", [-1, 0, 1, 64, 128, 129])
 def test_the_cli_topk_bounds_are_the_tree_policys(topk):
-    from bastion.speculative.tree import TreePolicy
+    from bastion.speculative.policy import TreePolicy
 
     assert _accepts(check_topk, topk) == _accepts(lambda k: TreePolicy(topk=k), topk)

@@ -17,8 +17,9 @@ import torch
 
 from bastion.speculative.best_first import tree_arrays, walk
 from bastion.speculative.path_rank import _rank_torch
+from bastion.speculative.policy import TreePolicy
 from bastion.speculative.rule import count_nodes
-from bastion.speculative.tree import TreePolicy, paths_tree
+from bastion.speculative.tree import paths_tree
 
 
 def _draft(rng: np.random.Generator, d: int, k: int, ties: bool) -> torch.Tensor:

@@ -23,8 +23,8 @@ KERNEL_CHECK = textwrap.dedent("""
     from bastion.costmodel.roofline import HardwarePeaks, ModelShape
     from bastion.models.registry import tiny_dir
     from bastion.speculative.count_kernel import count_nodes_fused
+    from bastion.speculative.policy import TreePolicy
     from bastion.speculative.rule import count_nodes
-    from bastion.speculative.tree import TreePolicy
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     shape = ModelShape.from_config(AutoConfig.from_pretrained(tiny_dir("target")), 2)
     peaks = HardwarePeaks(flops_per_s=7e14, bytes_per_s=4e12, attention_flops_per_s=2e14)

@@ -14,8 +14,8 @@ import itertools
 import torch
 
 from bastion.costmodel.model import CostModel, StepOverheads, rule_costs
+from bastion.speculative.policy import TreePolicy
 from bastion.speculative.rule import count_nodes
-from bastion.speculative.tree import TreePolicy
 from tests.calibration.test_store_format import PARAMS, PEAKS, SHAPE
 
 

@@ -8,7 +8,19 @@ from bastion.costmodel.model import CostModel, CostParams, StepOverheads
 from bastion.costmodel.roofline import HardwarePeaks, ModelShape
 from bastion.engines.eager import EagerDecoder
 from bastion.models.target import Target
-from bastion.speculative.tree import TreePolicy
+from bastion.speculative.policy import TreePolicy
+
+
+def oracle_logits(rng: torch.Generator, reference: list[int], prompt_len: int, hit: float, c: int, block: int,
+                  vocab: int) -> torch.Tensor:
+    """Draft logits [block - 1, vocab] at context ``c``: random, depth d boosted to the true token with probability ``hit``."""
+    logits = torch.randn(block - 1, vocab, generator=rng)
+    offset = c - prompt_len + 1  # index in the reference of the token at position c + 1
+    for d in range(block - 1):
+        j = offset + d
+        if j < len(reference) and torch.rand((), generator=rng) < hit:
+            logits[d, reference[j]] += 8.0
+    return logits
 
 
 class OracleDecoder(EagerDecoder):
@@ -16,19 +28,10 @@ class OracleDecoder(EagerDecoder):
 
     def __init__(self, *a, reference: list[int], prompt_len: int, hit: float, seed: int, **kw):
         super().__init__(*a, **kw)
-        self.reference, self.prompt_len, self.hit = reference, prompt_len, hit
-        self.rng = torch.Generator().manual_seed(seed)
-
-    def _draft(self, root, c, feats, feat_pos, dcache):
-        vocab = self.target.config.vocab_size
-        b = self.block_size
-        logits = torch.randn(b - 1, vocab, generator=self.rng)
-        offset = c - self.prompt_len + 1  # index in the reference of the token at position c + 1
-        for d in range(b - 1):
-            j = offset + d
-            if j < len(self.reference) and torch.rand((), generator=self.rng) < self.hit:
-                logits[d, self.reference[j]] += 8.0
-        return logits
+        rng = torch.Generator().manual_seed(seed)
+        vocab, block = self.target.config.vocab_size, self.block_size
+        if self.spec.drafter == "dflash":  # the drafter's forward replaced by the oracle's draws
+            self.proposer.logits = lambda root, c: oracle_logits(rng, reference, prompt_len, hit, c, block, vocab)
 
 
 def _cost_model(target) -> tuple[CostModel, StepOverheads]:

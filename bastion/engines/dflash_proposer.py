@@ -1,0 +1,149 @@
+"""The DFlash drafter as a proposer: one block forward a step, eager or on the static engine's buffers.
+
+The drafter sees the features of every committed token (the target's states at its tapped
+layers) and drafts a block ``[root, mask, mask, ...]``: logits for depths 1..b-1 in one
+forward.  After a step, the accepted nodes' features join its context.
+
+On the static engine its context K/V live at fixed addresses
+(:class:`~bastion.engines.static_cache.StaticContextKV`), one slot per position.  A draft
+first takes in the features of the nodes the last step accepted (``pend``, always a
+block's worth of rows: those past ``pend_count`` are padding at positions the mask
+hides), then runs the block at the positions right after the committed length.  The
+compiled engine's fused drafter (:class:`~bastion.engines.fused_drafter.FusedDrafter`)
+writes the block's K/V into those slots too, so attention reads one window of the cache;
+the drafter module appends them after the window instead.  Nothing here reads a device
+value on the host, so the draft is one CUDA graph per window.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from bastion.engines.compiled import Compilation
+from bastion.engines.graphs import GraphRunner
+from bastion.engines.proposer import Accepted, Draft
+from bastion.engines.static_buffers import StepBuffers
+from bastion.engines.static_cache import StaticContextKV
+from bastion.engines.static_layers import FusedLayers
+from bastion.models.target import Target
+from dflash import DFlashDraftModel
+
+
+def _checked(drafter: DFlashDraftModel) -> DFlashDraftModel:
+    if drafter.mask_token_id is None:
+        raise ValueError("the drafter config has no dflash_config.mask_token_id")
+    return drafter
+
+
+class EagerDFlash:
+    """The drafter with its own growing cache, drafting each step from the features accepted so far."""
+
+    def __init__(self, drafter: DFlashDraftModel, target: Target) -> None:
+        self.drafter, self.target = _checked(drafter), target
+        self.layer_ids = list(drafter.target_layer_ids)
+        self.width = drafter.block_size
+
+    def start(self, ids: torch.Tensor, first: torch.Tensor, features: torch.Tensor | None) -> None:
+        self.cache = self.drafter.new_cache()
+        self.features, self.positions = features, torch.arange(ids.shape[1], device=ids.device)  # [1, P, F], [P]
+
+    def draft(self, root: torch.Tensor, context: int) -> Draft:
+        return Draft(logits=self.logits(root, context))
+
+    def logits(self, root: torch.Tensor, c: int) -> torch.Tensor:
+        """Draft logits [b - 1, V] for depths 1..b-1 of the block starting at position ``c``."""
+        b = self.width
+        block = torch.full((1, b), self.drafter.mask_token_id, dtype=torch.long, device=root.device)
+        block[0, 0] = root
+        pos = torch.arange(c, c + b, device=root.device)[None]
+        h = self.drafter(self.target.embed(block), pos, self.features, self.positions[None], cache=self.cache)  # [1, b, H]
+        return self.target.logits(h[0, 1:])
+
+    def accepted(self, step: Accepted) -> None:
+        self.features = step.features[:, step.keep]
+        self.positions = torch.arange(step.context, step.context + step.keep.shape[0], device=step.keep.device)
+
+
+class StaticDFlash:
+    """The drafter on fixed buffers: its K/V, the verifier's tapped states, the next draft's rows, the draft logits."""
+
+    name = "dflash"
+    tree_size = None
+
+    def __init__(self, drafter: DFlashDraftModel, target: Target, compilation: Compilation,
+                 layers: FusedLayers | None) -> None:
+        self.drafter, self.target = _checked(drafter), target
+        self.layer_ids = list(drafter.target_layer_ids)
+        self.width = drafter.block_size
+        self.fused_drafter = compilation.drafter(drafter, layers)  # the compiled engine's layers (same call)
+
+    def allocate(self, bufs: StepBuffers) -> None:
+        """The drafter's K/V, the verifier's tapped states [n_max, F], the next draft's context
+        rows [1, b, F], the draft logits [b - 1, V] and the block's tokens [b]."""
+        d, b, dev, dtype = self.drafter, self.width, bufs.arange.device, self.target.dtype
+        self.bufs = bufs
+        dcfg = d.config.layers
+        d_head = int(getattr(dcfg, "head_dim", None) or dcfg.hidden_size // dcfg.num_attention_heads)
+        self.dcache = StaticContextKV(d.config.num_hidden_layers, int(dcfg.num_key_value_heads), d_head,
+                                      bufs.capacity, dtype, dev)
+        feat_dim = len(d.target_layer_ids) * int(self.target.config.hidden_size)
+        self.features = torch.zeros(bufs.n_max, feat_dim, dtype=dtype, device=dev)  # verifier's tapped states
+        self.pend = torch.zeros(1, b, feat_dim, dtype=dtype, device=dev)  # accepted nodes' features
+        self.pend_count = torch.zeros((), dtype=torch.long, device=dev)
+        vocab = int(self.target.lm_head.weight.shape[0])
+        self.draft_out = torch.zeros(b - 1, vocab, dtype=dtype, device=dev)
+        self.block_ids = torch.full((b,), int(d.mask_token_id), dtype=torch.long, device=dev)
+
+    def window(self, committed: int) -> int:
+        """The drafter's attention window when the host has read ``committed`` tokens.
+
+        The device may be a block ahead (the step whose tokens the host has not read yet),
+        and the fused drafter's block sits in the window after the live context.
+        """
+        ahead = 2 * self.width if self.fused_drafter is not None else self.width
+        return self.bufs.window(committed + ahead)
+
+    def first(self, run: GraphRunner, ids: torch.Tensor, first: torch.Tensor, features: torch.Tensor | None) -> None:
+        """The first draft takes in the whole prompt's features: a one-off shape, eager."""
+        prompt_len = ids.shape[1]
+        self.pend_count.fill_(prompt_len)
+        self.draft(self.window(prompt_len), features)
+
+    def step(self, run: GraphRunner, committed: int) -> None:
+        kv = self.window(committed)  # the context grows by at most a block a step
+        run(("draft", kv), lambda: self.draft(kv, self.pend))
+
+    def draft(self, kv: int, feats: torch.Tensor) -> None:
+        """Drafter forward for the block at the committed length; ``feats`` [1, W, F] enter its context first."""
+        self.draft_out.copy_(self.draft_logits(kv, feats))
+
+    def draft_logits(self, kv: int, feats: torch.Tensor) -> torch.Tensor:
+        """Draft logits [b - 1, V] for depths 1..b-1; the drafter's K/V window is ``[0, kv)``."""
+        e, b, w = self.bufs, self.width, feats.shape[1]
+        start = e.length - self.pend_count  # first new context position
+        self.dcache.write_index = start + e.arange[:w]
+        self.dcache.kv_len = kv
+        block = self.block_ids.clone()
+        block[0] = e.root
+        pos = e.length + e.arange[:b]
+        if self.fused_drafter is not None:  # the block's K/V go into the window, at its positions
+            seen = e.arange[:kv] < e.length + b  # the live context, then the block
+            mask = seen[None, None, None, :].expand(1, 1, b, kv)
+        else:  # the module appends the block's K/V after the window
+            live = e.arange[:kv] < e.length  # the context the drafter may see
+            mask = torch.cat([live, live.new_ones(b)])[None, None, None, :].expand(1, 1, b, kv + b)
+        h = (self.fused_drafter or self.drafter)(self.target.embed(block[None]), pos[None], feats,
+                                                 self.dcache.write_index[None], mask, self.dcache)
+        return self.target.logits(h[0, 1:])
+
+    def tapped(self) -> torch.Tensor:
+        return self.features
+
+    def keep(self, keep: torch.Tensor, count: torch.Tensor) -> None:
+        """The accepted nodes' features become the next draft's context rows (a block's worth, padding past the count)."""
+        b = self.width
+        self.pend[0, :b].copy_(self.features.index_select(0, keep[:b]))
+        self.pend_count.copy_(count + 1)
+
+    def state(self) -> list[torch.Tensor]:
+        return [self.pend, self.pend_count]

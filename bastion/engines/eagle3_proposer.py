@@ -1,0 +1,129 @@
+"""An EAGLE-3 head as a proposer: it drafts a whole tree a step, eager or on the static engine's buffers.
+
+The head reads pairs (the target's state at a position, the token after it): after the
+prefill, the prompt's; after a step, the root's and the accepted drafts', with the bonus
+token.  Every tree has the same node count (:meth:`Eagle3Policy.tree_size
+<bastion.speculative.methods.Eagle3Policy.tree_size>`), so verify and commit replay one
+graph per attention window.
+
+On the static engine the head drafts on device state alone, as the DFlash drafter does:
+its K/V live at fixed addresses (:class:`~bastion.engines.static_cache.StaticHeadKV`: the
+context window, then the tree's entries), and the previous step's accepted count and
+tokens come from the readback vector on the device, its features from ``pend``.  So a
+step's draft is one function of the attention window, captured as a CUDA graph like the
+other step functions, and it runs before the step's one host read.  Its context pass
+always takes the path width of pairs (the root and the longest path a step can accept);
+the pairs past the accepted count land past the committed length, where the mask hides
+them until the next draft writes over them.  The first draft takes in the whole prompt,
+eagerly.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from bastion.engines.compiled import Compilation
+from bastion.engines.graphs import GraphRunner
+from bastion.engines.proposer import Accepted, Draft
+from bastion.engines.static_buffers import StepBuffers
+from bastion.engines.static_cache import StaticHeadKV
+from bastion.engines.static_layers import FusedLayers
+from bastion.models.eagle3 import Eagle3Drafter
+from bastion.models.target import Target
+from bastion.speculative.accept import Readback
+from bastion.speculative.tree import Tree
+
+
+class EagerEagle3:
+    """The head with its own growing cache, drafting each step's tree from the pairs accepted so far."""
+
+    def __init__(self, eagle3: Eagle3Drafter, target: Target) -> None:
+        self.eagle3 = eagle3
+        self.layer_ids = list(eagle3.layer_ids)
+        self.width = eagle3.path_width  # root + the longest path a step can accept
+
+    def start(self, ids: torch.Tensor, first: torch.Tensor, features: torch.Tensor | None) -> None:
+        """The head's first pairs: features of positions 0..P-1, tokens 1..P-1 and the first new one."""
+        self.cache = self.eagle3.new_cache()
+        self.features, self.next_tokens = features[0], torch.cat([ids[0, 1:], first])
+
+    def draft(self, root: torch.Tensor, context: int) -> Draft:
+        return Draft(tree=self.eagle3.tree(self.cache, self.features, self.next_tokens))
+
+    def accepted(self, step: Accepted) -> None:
+        """Features of the root and the accepted drafts; tokens: the accepted drafts, then the bonus."""
+        self.features = step.features[0, step.keep]
+        self.next_tokens = torch.cat([step.tree.tokens[step.order[1 : step.keep.shape[0]]], step.bonus])
+
+
+class StaticEagle3:
+    """The head on fixed buffers: the verifier's states at its taps, the next draft's pairs, its K/V."""
+
+    name = "eagle3"
+
+    def __init__(self, eagle3: Eagle3Drafter, target: Target, compilation: Compilation,
+                 layers: FusedLayers | None) -> None:
+        self.eagle3, self.target = eagle3, target
+        self.layer_ids = list(eagle3.layer_ids)
+        self.width = eagle3.path_width
+        self.tree_size = eagle3.tree_size  # nodes of every tree it drafts
+
+    def allocate(self, bufs: StepBuffers) -> None:
+        """The verifier's states at the head's taps [n_max, F], the next draft's pairs [read width, F], the head's K/V."""
+        e3, dev, dtype = self.eagle3, bufs.arange.device, self.target.dtype
+        self.bufs = bufs
+        dim = len(e3.layer_ids) * int(self.target.config.hidden_size)
+        self.features = torch.zeros(bufs.n_max, dim, dtype=dtype, device=dev)
+        self.pend = torch.zeros(bufs.layout.width, dim, dtype=dtype, device=dev)
+        cfg, room = e3.head.config, e3.policy.depth * e3.policy.top_k  # the tree's entries follow the window
+        self.cache = StaticHeadKV(int(cfg.layers.num_key_value_heads), cfg.head_dim, bufs.capacity + room,
+                                  e3.head.lm_head.weight.dtype, dev)
+
+    def first(self, run: GraphRunner, ids: torch.Tensor, first: torch.Tensor, features: torch.Tensor | None) -> None:
+        """The head's first pairs: features of positions 0..P-1, tokens 1..P-1 and the first new one."""
+        self.draft(self.bufs.window(ids.shape[1]), (features[0], torch.cat([ids[0, 1:], first])))
+
+    def step(self, run: GraphRunner, committed: int) -> None:
+        kv = self.bufs.window(committed + self.width)  # the context grows by at most a path a step
+        run(("eagle3", kv), lambda: self.draft(kv))
+
+    def draft(self, kv: int, prompt: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+        """Draft the step's tree into the tree buffers; the head's context window is ``[0, kv)``.
+
+        ``prompt``: the first draft's pairs (features of positions ``0..P-1`` [P, F], tokens
+        ``1..P`` [P]).  Without it, the pairs are the last step's root and accepted drafts
+        (features from ``pend``; tokens: the accepted drafts, then the bonus token).
+        """
+        bufs, w = self.bufs, self.width
+        if prompt is not None:
+            feats, next_tokens = prompt
+            last: int | torch.Tensor = next_tokens.numel() - 1  # the root's pair: the last one
+        else:
+            back = bufs.readback
+            last = back[Readback.COUNT]  # the accepted count: the root's pair is the next one
+            feats = self.pend[:w]
+            next_tokens = torch.where(bufs.arange[:w] == last, back[-1], back[Readback.PATH : Readback.PATH + w])
+        m = next_tokens.numel()
+        pos = bufs.length - (last + 1) + bufs.arange[:m]  # the pairs' positions, and where their K/V go
+        self.cache.begin(pos, kv)
+        causal = (bufs.arange[:kv][None, :] <= pos[:, None])[None, None]  # [1, 1, m, kv]
+        out = self.eagle3.head(feats.reshape(1, m, -1), next_tokens.reshape(1, m), pos[None], causal, self.cache)
+        root_hidden = out[0, last] if isinstance(last, int) else out[0].index_select(0, last.view(1))[0]  # [H]
+        visible = bufs.arange[:kv] < bufs.length  # the committed pairs, the new ones included
+        self.write_tree(self.eagle3.grow(self.cache, root_hidden, bufs.root.view(1), visible, bufs.length))
+
+    def write_tree(self, tree: Tree) -> None:
+        """Put a drafted tree into the engine's tree buffers (verify and commit read them)."""
+        if tree.size != self.tree_size:
+            raise RuntimeError(f"EAGLE-3 drafted {tree.size} nodes, expected {self.tree_size}")
+        self.bufs.write_tree(tree)
+
+    def tapped(self) -> torch.Tensor:
+        return self.features
+
+    def keep(self, keep: torch.Tensor, count: torch.Tensor) -> None:
+        """The root's and the accepted nodes' states: the next draft's pairs (the host slices them by the count it reads)."""
+        self.pend[: keep.shape[0]].copy_(self.features.index_select(0, keep))
+
+    def state(self) -> list[torch.Tensor]:
+        return [self.pend]
