@@ -40,7 +40,7 @@ def test_inductor_reads_the_folder_it_was_given(tmp_path):
 def test_the_folder_torch_writes_at_import_is_not_taken_for_a_choice(tmp_path):
     """The jobs import the engines (and with them torch._dynamo, which sets the variable to
     torch's /tmp default) before they call persist: the results folder must still win."""
-    code = ("import os; import bastion.runs.run; seen = os.environ.get('TORCHINDUCTOR_CACHE_DIR'); "
+    code = ("import os; import bastion.runs.runner; seen = os.environ.get('TORCHINDUCTOR_CACHE_DIR'); "
             "from bastion.pipeline import compile_cache; "
             "from torch._inductor.runtime.cache_dir_utils import default_cache_dir; "
             "print(seen == default_cache_dir() == compile_cache._torch_default()); "
