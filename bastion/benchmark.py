@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import sys
 from typing import Any, Sequence
@@ -104,6 +105,15 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     return decode.execute()
 
 
+def one_line(exc: Exception) -> str:
+    """The error as one line: a message's own line breaks become '; ', and an exception
+    that no check anticipated says so and how to see its traceback."""
+    text = re.sub(r"\s*\n\s*", "; ", str(exc).strip()).replace(":;", ":")
+    if isinstance(exc, (ValueError, RuntimeError, OSError)):
+        return text
+    return f"{type(exc).__name__}: {text} (unexpected; rerun with BASTION_TRACEBACK=1 for the traceback and report it)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.output:
@@ -113,10 +123,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             "rerun the same command to resume"))
     try:
         run(args)
-    except (ValueError, RuntimeError, OSError) as exc:
+    except Exception as exc:  # noqa: BLE001 - one line instead of a traceback (BASTION_TRACEBACK=1 shows it)
         if os.environ.get("BASTION_TRACEBACK"):
             raise
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
     finally:
         torch = sys.modules.get("torch")  # only a run that got past its checks imported it

@@ -7,6 +7,7 @@ what differs and how to recalibrate.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -16,6 +17,7 @@ from typing import Any
 
 from bastion.calibration import fingerprint as fp
 from bastion.costmodel.model import CostModel, StepOverheads
+from bastion.costmodel.roofline import ModelShape
 
 FORMAT_VERSION = 2  # 2: the cost model with attention terms (format 1: the max of two lines, refused)
 REQUIRED_KEYS = ("format_version", "model", "fingerprint", "cost_model", "overheads", "report", "grid", "points")
@@ -135,25 +137,35 @@ class Calibration:
 
     @classmethod
     def load(cls, path: str | os.PathLike, current: dict[str, Any] | None = None) -> "Calibration":
+        fix = "delete it or rerun with --recalibrate"
         try:
             with open(path, encoding="utf-8") as fh:
                 data = json.load(fh)
         except json.JSONDecodeError as exc:
             raise CalibrationError(
-                f"calibration {path} is not valid JSON (line {exc.lineno}: {exc.msg}; truncated?); "
-                "delete it or rerun with --recalibrate"
-            ) from None
+                f"calibration {path} is not valid JSON (line {exc.lineno}: {exc.msg}; truncated?); {fix}") from None
         except UnicodeDecodeError:
-            raise CalibrationError(f"calibration {path} is not text; delete it or rerun with --recalibrate") from None
+            raise CalibrationError(f"calibration {path} is not text; {fix}") from None
+        except OSError as exc:
+            raise CalibrationError(f"calibration {path} cannot be read ({exc.strerror}); pass a calibration file, "
+                                   "or omit --calibration to calibrate into --cache-dir") from None
         cal = cls.from_dict(data, f"calibration {path}")
-        if current is not None:
-            fp.check(
-                cal.fingerprint,
-                current,
-                str(path),
-                f"Recalibrate: delete {path} (or pass --recalibrate) and rerun on this device.",
-            )
+        diff = fp.differences(cal.fingerprint, current) if current is not None else []
+        if diff:  # one line: the CLI and the pipeline's jobs print it as their error
+            raise fp.FingerprintMismatch(f"the calibration in {path} was made for a different device or software "
+                                         f"stack ({'; '.join(diff)}); recalibrate: delete {path} (or pass "
+                                         "--recalibrate) and rerun on this device")
         return cal
+
+    def check_model(self, shape: ModelShape, target: str, path: str | os.PathLike, given: bool = False) -> None:
+        """A calibration fits the models of its shape only: its cost model is that shape's roofline."""
+        mine = {k: v for k, v in asdict(self.cost_model.shape).items() if k != "dtype_bytes"}
+        theirs = {k: v for k, v in asdict(shape).items() if k != "dtype_bytes"}
+        differ = [f"{k} {mine[k]} (target {theirs[k]})" for k in mine if mine[k] != theirs[k]]
+        if differ:
+            fix = "pass the calibration of this model, or omit --calibration" if given else "pass --recalibrate"
+            raise CalibrationError(f"calibration {path} was made for model {self.model!r} of another shape "
+                                   f"({', '.join(differ)}), not for {target}; {fix}")
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
@@ -193,7 +205,8 @@ def check_writable(cache_dir: str | os.PathLike, path: Path) -> None:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
             pass
     except OSError as exc:
+        why = "is read-only" if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else "cannot be written"
         raise CalibrationError(
-            f"no calibration at {path} and the cache directory {folder} is read-only ({exc.strerror}), "
+            f"no calibration at {path} and the cache directory {folder} {why} ({exc.strerror}), "
             "so none can be made; run once where the cache directory is writable, or pass a writable --cache-dir"
         ) from exc

@@ -181,27 +181,39 @@ def validate_record(obj: Any) -> dict[str, Any]:
     return obj
 
 
+LINE_FIX = 'a dataset file holds one {"turns": ["text of turn 1", ...]} object per line'
+
+
 def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Read and validate a JSONL file of ``{"turns": [...]}`` records.
 
     Blank lines are skipped (editors often leave a trailing one). Any other bad
     line raises :class:`DatasetFormatError` naming the file and the 1-based line
-    number, because a benchmark silently skipping prompts would change results.
+    number, because a benchmark silently skipping prompts would change results;
+    so does a file without any record, which would otherwise decode nothing.
     """
     p = Path(path)
     records: list[dict[str, Any]] = []
-    with p.open("r", encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
+    with p.open("rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DatasetFormatError(
+                    f"{p}:{lineno}: not UTF-8 text ({exc.reason}); save the file as UTF-8") from None
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise DatasetFormatError(f"{p}:{lineno}: invalid JSON ({exc.msg})") from exc
+                raise DatasetFormatError(f"{p}:{lineno}: invalid JSON ({exc.msg}); {LINE_FIX}") from exc
             try:
                 records.append(validate_record(obj))
             except DatasetFormatError as exc:
-                raise DatasetFormatError(f"{p}:{lineno}: {exc}") from exc
+                raise DatasetFormatError(f"{p}:{lineno}: {exc}; {LINE_FIX}") from exc
+    if not records:
+        what = "is empty (0 bytes)" if p.stat().st_size == 0 else "holds only blank lines"
+        raise DatasetFormatError(f"{p} {what}: {LINE_FIX}")
     return records
 
 

@@ -29,11 +29,14 @@ class PromptBuilder:
             )
         return "".join(u + a + "\n" for u, a in history) + user
 
+    def token_ids(self, history: Sequence[tuple[str, str]], user: str) -> list[int]:
+        return list(self.tokenizer(self.text(history, user), add_special_tokens=not self.has_template)["input_ids"])
+
     def encode(self, history: Sequence[tuple[str, str]], user: str) -> list[int]:
-        ids = self.tokenizer(self.text(history, user), add_special_tokens=not self.has_template)["input_ids"]
+        ids = self.token_ids(history, user)
         if not ids:
             raise ValueError("a prompt encoded to zero tokens")
-        return list(ids)
+        return ids
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
@@ -42,9 +45,14 @@ class PromptBuilder:
         """Positions the longest prompt can reach: every turn (earlier answers empty) plus
         ``max_new_tokens`` per turn, an upper bound that sizes calibration and buffers."""
         longest = 0
-        for prompt in prompts:
+        for i, prompt in enumerate(prompts):
             turns = list(prompt["turns"])
-            ids = self.encode([(t, "") for t in turns[:-1]], turns[-1])
+            for k in range(len(turns)):  # every turn's prompt, so an empty one is named before decoding starts
+                ids = self.token_ids([(t, "") for t in turns[:k]], turns[k])
+                if not ids:
+                    raise ValueError(
+                        f"prompt {i} of {prompt.get('dataset', 'the dataset')} encodes to zero tokens at turn {k} "
+                        f"({turns[k]!r}, and the tokenizer has no chat template to wrap it); give every turn some text")
             longest = max(longest, len(ids) + max_new_tokens * len(turns))
         return longest
 

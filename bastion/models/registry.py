@@ -104,6 +104,9 @@ def _is_local(ref: str) -> bool:
 
 
 def _unavailable(kind: str, ref: str, exc: BaseException, gated: bool = False) -> ModelUnavailableError:
+    if _is_local(ref):  # no network is involved: the folder's own files are at fault
+        return ModelUnavailableError(f"cannot load {kind} from the folder {ref}: {hub.one_line(exc)}; its files are "
+                                     "incomplete or damaged: download or save the model again")
     extra = " (a gated repo: accept its licence on the hub first)" if gated else ""
     return ModelUnavailableError(
         f"cannot load {kind} {ref!r}{extra}: {hub.one_line(exc)}. Fix: {hub.FIX_HINT}, or pass a local folder."

@@ -13,6 +13,8 @@ from typing import Sequence
 
 from bastion.defaults import METHODS, TOPK_LIMIT, resolve_n_min
 from bastion.models import registry as models
+from bastion.runs import folders
+from bastion.runs.folders import FolderError
 
 
 class UsageError(ValueError):
@@ -73,14 +75,64 @@ def check_topk(value: int) -> None:
         raise UsageError(f"--topk must be in 1..{TOPK_LIMIT}, got {value}")
 
 
+ROLES = {"--model": "target", "--draft-model": "drafter", "--eagle3-model": "eagle3"}
+
+
 def check_model_folder(flag: str, ref: str | None) -> None:
-    """A local folder given for a model must hold its ``config.json``: say so, naming both."""
-    if ref is None or ref in models.PAIRS:  # a registry key wins over a folder of that name
+    """A local folder given for a model must hold a model of its flag's kind, complete: say
+    what is wrong, naming the flag and the folder (a registry key wins over a folder of that name)."""
+    if ref is None or ref in models.PAIRS:
         return
+    if not ref.strip():
+        raise UsageError(f"{flag} is empty; pass a registry key ({', '.join(models.PAIRS)}), a folder or a repo id")
     folder = Path(ref).expanduser()
-    if folder.is_dir() and not (folder / "config.json").is_file():
-        raise UsageError(f"{flag} {ref}: the folder has no config.json, so it holds no model; pass the folder "
-                         "with config.json and the weights, a registry key or a Hugging Face repo id")
+    if not folder.exists():
+        if folders.looks_like_path(ref):
+            raise UsageError(f"{flag} {ref}: no such folder; pass the folder that holds the model's config.json "
+                             "and weights, a registry key or a Hugging Face repo id (owner/name)")
+        if "/" not in ref:
+            raise UsageError(f"{flag} {ref}: neither a registry key ({', '.join(models.PAIRS)}), a folder nor a "
+                             "Hugging Face repo id (owner/name); check its spelling")
+        return  # a repo id: loading fetches it and names the fix if it cannot
+    if not folder.is_dir():
+        raise UsageError(f"{flag} {ref} is a file; pass the folder that holds it (with config.json and the weights)")
+    try:
+        folders.check_folder(folder, ROLES[flag])
+    except FolderError as exc:
+        raise UsageError(f"{flag} {ref}: {exc}; {exc.fix}") from None
+
+
+def check_block_size(block_size: int | None, drafter_ref: str | None) -> None:
+    """``--block-size`` within 2 and the drafter's own block size (from its config.json, when local)."""
+    if block_size is None:
+        return
+    limit = None
+    if drafter_ref is not None and Path(drafter_ref).is_dir():
+        try:
+            limit = int(folders.read_config(Path(drafter_ref)).get("block_size", 16))  # DFlashConfig's default
+        except (FolderError, TypeError, ValueError):
+            limit = None  # refused with its own message by the folder check or when it loads
+    if block_size < 2 or (limit is not None and block_size > limit):
+        bound = f"2..{limit} (the drafter's block size)" if limit else ">= 2 (one known token plus a guess)"
+        raise UsageError(f"--block-size {block_size} must be {'in ' if limit else ''}{bound}")
+
+
+def check_eagle3_head(head_ref: str, target_ref: str, topk: int) -> None:
+    """An EAGLE-3 head folder that fits the target folder and has room for ``--eagle3-topk``,
+    from configs and safetensors headers (the same line loading would give, without the weights)."""
+    head, target = Path(head_ref), Path(target_ref)
+    if not (head.is_dir() and target.is_dir()):
+        return  # a repo id: checked when it loads
+    try:
+        problems = folders.eagle3_misfits(head, target)
+        vocab = int(folders.read_config(head).get("draft_vocab_size") or 0)
+    except (FolderError, TypeError, ValueError):
+        return  # the folder checks name what is wrong with it
+    if problems:
+        raise UsageError(f"EAGLE-3 head {head_ref!r} does not fit target {target_ref!r}: {'; '.join(problems)}")
+    if vocab and topk > vocab:
+        raise UsageError(f"EAGLE-3 head {head_ref!r}: --eagle3-topk {topk} exceeds the head's draft vocabulary "
+                         f"({vocab})")
 
 
 def check_eagle3_tree(depth: int, topk: int, total_tokens: int) -> None:

@@ -20,6 +20,7 @@ from bastion.calibration import fingerprint
 from bastion.calibration.calibrate import calibrate
 from bastion.calibration.grid import MAX_HELDOUT_MAPE, Grid
 from bastion.calibration.store import Calibration, CalibrationError, calibration_path, check_writable
+from bastion.costmodel.roofline import ModelShape
 from bastion.data.prompts import PromptBuilder
 from bastion.models import registry as models
 from bastion.progress import bar
@@ -45,7 +46,7 @@ class Plan:
     @property
     def adaptive(self) -> bool:
         """BASTION's adaptive rule runs, so the run needs a calibration."""
-        return "bastion" in self.run.methods and self.run.budget is None
+        return self.run.adaptive
 
     @property
     def policy(self) -> TreePolicy:
@@ -208,8 +209,16 @@ def _trusted(plan: Plan) -> Calibration:
     run, path = plan.run, plan.cal_path
     cal = Calibration.load(path, current=plan.fingerprint)
     cal.check_temperature(run.temperature, path)
+    cal.check_model(_shape(plan.inputs.target_ref), plan.inputs.target_ref, path, given=run.calibration is not None)
     cal.check_covers(run.n_min, plan.longest, path, given=run.calibration is not None)
     return cal
+
+
+def _shape(target_ref: str) -> ModelShape:
+    """The target's roofline shape, from its config alone (the width in bytes is the fingerprint's)."""
+    from transformers import AutoConfig
+
+    return ModelShape.from_config(AutoConfig.from_pretrained(target_ref), 1)
 
 
 def _drafts(run: RunSettings) -> bool:

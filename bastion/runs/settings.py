@@ -8,6 +8,7 @@ value on the device, by the rules of :data:`AUTO_RULES`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -18,6 +19,7 @@ from bastion.engines.choice import check_engine, resolve_engine
 from bastion.runs.checks import (
     UsageError,
     check_at_least,
+    check_block_size,
     check_eagle3_tree,
     check_model_folder,
     check_n_min,
@@ -32,6 +34,9 @@ if TYPE_CHECKING:
     from bastion.speculative.methods import Eagle3Policy
 
 DTYPES = ("auto", "bfloat16", "float16", "float32")
+CALIB_GRIDS = ("auto", "paper", "small", "tiny")  # calibration.grid.Grid.named's names (tests tie the two)
+DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+HARDWARE_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # it names folders and files: no separators
 
 
 @dataclass
@@ -84,20 +89,41 @@ class RunSettings:
         check_at_least("--max-samples", self.max_samples, 1, " (omit it to decode every prompt)")
         if self.budget is not None and self.budget < 1:
             raise UsageError(f"--budget must be >= 1 node, got {self.budget}")
+        check_at_least("--n-max", self.n_max, 1)
         check_n_min(self.n_min, self.n_max)
         check_topk(self.topk)
+        check_block_size(self.block_size, None)
         check_eagle3_tree(self.eagle3_depth, self.eagle3_topk, self.eagle3_total_tokens)
+        self._check_names()
+        for flag, ref in (("--model", self.model), ("--draft-model", self.draft_model),
+                          ("--eagle3-model", self.eagle3_model)):
+            check_model_folder(flag, ref)
+        if self.history_from is not None and not Path(self.history_from).is_file():
+            missing = "are a folder, not a file" if Path(self.history_from).is_dir() else "do not exist"
+            raise UsageError(f"history records {self.history_from} {missing}; decode AR first (it writes them)")
+        if self.calibration is not None and self.adaptive and not Path(self.calibration).exists():
+            raise UsageError(f"--calibration {self.calibration} does not exist; omit it to calibrate into --cache-dir")
+
+    def _check_names(self) -> None:
+        """The flags that take one of a few names (or a key that names files)."""
         if self.dtype not in DTYPES:
             raise UsageError(f"--dtype {self.dtype!r}: choose from {', '.join(DTYPES)}")
         try:
             check_engine(self.engine)
         except ValueError as exc:
             raise UsageError(f"--engine: {exc}") from None
-        for flag, ref in (("--model", self.model), ("--draft-model", self.draft_model),
-                          ("--eagle3-model", self.eagle3_model)):
-            check_model_folder(flag, ref)
-        if self.history_from is not None and not Path(self.history_from).is_file():
-            raise UsageError(f"history records {self.history_from} do not exist; decode AR first (it writes them)")
+        if not DEVICE.fullmatch(self.device):
+            raise UsageError(f"--device {self.device!r}: choose auto, cpu, cuda or cuda:N")
+        if self.calib_grid not in CALIB_GRIDS:
+            raise UsageError(f"--calib-grid {self.calib_grid!r}: choose from {', '.join(CALIB_GRIDS)}")
+        if not HARDWARE_KEY.fullmatch(self.hardware):
+            raise UsageError(f"--hardware {self.hardware!r}: a key is letters, digits, '.', '_' and '-' (it names "
+                             "the calibration file), e.g. nvidia-h200; or auto")
+
+    @property
+    def adaptive(self) -> bool:
+        """BASTION's adaptive rule runs, so the run needs a calibration."""
+        return "bastion" in self.methods and self.budget is None
 
     def resolve(self, local_rank: int | None = None) -> RunSettings:
         """A copy with every ``auto`` made concrete for the device, after :meth:`validate`.

@@ -8,8 +8,10 @@ hash of the library sources each rule runs.  Nothing here touches the network.
 
 import glob
 import hashlib
+import math
 import os
 import re
+import sys
 from pathlib import Path
 
 from snakemake.utils import validate
@@ -26,11 +28,45 @@ REPO = Path(workflow.basedir).resolve()
 os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p))
 
 
-validate(config, "../schemas/config.schema.yaml")
-
-
 class ConfigError(ValueError):
     """A configuration value that the schema cannot check."""
+
+
+def _stop(problem):
+    """End planning with one line naming the key and value: Snakemake's own report of a bad
+    config prints the whole schema, and of an error raised here, a traceback."""
+    print(f"error: {problem}", file=sys.stderr)
+    sys.exit(1)
+
+
+def _schema_problem():
+    """The schema's verdict on the config in one line (None: valid), before Snakemake's `validate`."""
+    import jsonschema
+    import yaml
+
+    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
+    if error is None:
+        return None
+    path = list(error.absolute_path)
+    if error.validator == "additionalProperties":  # name the unknown key itself
+        known = error.schema.get("properties", {})
+        path.append(min(set(error.instance) - set(known)))
+        return f"unknown config key {_key(path)} (keys there: {', '.join(known)}); fix its spelling or remove it"
+    value = repr(error.instance)
+    value = value if len(value) <= 80 else value[:77] + "..."
+    return f"config key {_key(path)} = {value}: {error.message}; fix it in config.yaml (or the --config that sets it)"
+
+
+def _key(path):
+    """A config key as `experiments['tiny']['n_min']`: unambiguous for keys with dots (llama3.1-8b)."""
+    return f"`{path[0]}{''.join(f'[{k!r}]' for k in path[1:])}`" if path else "`config`"
+
+
+_PROBLEM = _schema_problem()
+if _PROBLEM:
+    _stop(_PROBLEM)
+validate(config, "../schemas/config.schema.yaml")  # fills in the schema's defaults
 
 
 def _check_config():
@@ -57,6 +93,8 @@ def _check_config():
                 f"config key `{where}.datasets.{d}`: use the canonical dataset names "
                 f"({', '.join(bds.expand(d))}), one entry each, so every dataset has its own jobs"
             )
+    _check_values(exp, where)
+    _check_model_folders(exp)
     jobs = exp.get("decode_jobs", "method")
     if jobs != "method" and int(config["shards"]) > 1:
         raise ConfigError(
@@ -66,7 +104,49 @@ def _check_config():
     return exp
 
 
-EXP = _check_config()
+def _check_values(exp, where):
+    """What the schema cannot say: NaN and infinite temperatures, device patterns that are no
+    regular expression, and a hardware key that no job could run under."""
+    bad = [t for t in exp["temperatures"] if not math.isfinite(t)]
+    if bad:
+        raise ConfigError(f"config key `{where}.temperatures`: {bad[0]} is not a finite temperature; use numbers >= 0")
+    keys = config.get("hardware_keys", {})
+    for key, spec in keys.items():
+        try:
+            re.compile(spec["device_pattern"])
+        except re.error as exc:
+            raise ConfigError(f"config key `hardware_keys.{key}.device_pattern`: {spec['device_pattern']!r} is not a "
+                              f"regular expression ({exc}); give a pattern of the device's name, e.g. H200") from None
+    hw = config["hardware"]
+    detectable = re.fullmatch(r"(cpu|nvidia|tesla|quadro|geforce|amd|radeon)[a-z0-9-]*", hw)
+    if hw != "auto" and hw not in keys and not detectable and not Path("results", hw).is_dir():
+        raise ConfigError(
+            f"config key `hardware`: {hw!r} is neither under `hardware_keys` nor a detected device's key (those look "
+            f"like nvidia-h200 or cpu-amd-epyc), so no job could run under it; map it under hardware_keys "
+            f"({hw}: {{device_pattern: <part of the device name>}}) or set hardware=auto"
+        )
+
+
+def _check_model_folders(exp):
+    """A model of the experiment given as a local folder must hold a model of its role."""
+    from bastion.runs import folders
+
+    for name in exp["models"]:
+        for role, ref in config["models"][name].items():
+            if not folders.looks_like_path(ref):
+                continue  # a registry key or a repo id: the fetch_model job resolves it
+            try:
+                if not Path(ref).expanduser().is_dir():
+                    raise folders.FolderError("no such folder", "give the folder that holds the model")
+                folders.check_folder(Path(ref).expanduser(), role)
+            except folders.FolderError as exc:
+                raise ConfigError(f"config key `models.{name}.{role}`: {ref}: {exc}; {exc.fix}") from None
+
+
+try:
+    EXP = _check_config()
+except ConfigError as exc:
+    _stop(exc)
 EXPERIMENT = config["experiment"]
 # `method`: one decode job per (hardware, model, dataset, temperature, method); `cell`: one
 # per (hardware, model, dataset, temperature) that decodes all its methods in one process;
@@ -121,8 +201,8 @@ def _decodes_on_gpu():
 N_MIN_EXP = resolve_n_min(EXP.get("n_min", N_MIN), _decodes_on_gpu())
 if N_MIN_EXP > EXP.get("n_max", N_MAX):
     _auto = f" (`auto` on a {'GPU' if _decodes_on_gpu() else 'CPU'})" if EXP.get("n_min") == "auto" else ""
-    raise ConfigError(f"config keys `experiments.{EXPERIMENT}.n_min`/`n_max`: n_min {N_MIN_EXP}{_auto} > "
-                      f"n_max {EXP['n_max']}")
+    _stop(f"config keys `experiments.{EXPERIMENT}.n_min`/`n_max`: n_min {N_MIN_EXP}{_auto} > n_max {EXP['n_max']}; "
+          "raise n_max or lower n_min")
 
 
 def _software_fingerprint():
