@@ -16,14 +16,27 @@ from snakemake.utils import validate
 
 import bastion.data.registry as bds
 from bastion.calibration import fingerprint, planning
-from bastion.defaults import ABLATION_PREFIX, BASELINE, MULTI_TURN_DATASETS, N_MAX, N_MIN, TOPK, ablation_method, temperature_dir
+from bastion.defaults import (
+    ABLATION_PREFIX,
+    BASELINE,
+    MULTI_TURN_DATASETS,
+    N_MAX,
+    N_MIN,
+    TOPK,
+    ablation_method,
+    temperature_dir,
+)
 from bastion.defaults import resolve_n_min
 from bastion.defaults import EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS
 from bastion.defaults import METHODS as ALL_METHODS
 
 REPO = Path(workflow.basedir).resolve()
 # Jobs (local, conda or cluster) import the libraries from this checkout.
-os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p))
+os.environ.update(
+    PYTHONPATH=os.pathsep.join(
+        p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
+    )
+)
 
 
 validate(config, "../schemas/config.schema.yaml")
@@ -72,6 +85,8 @@ EXPERIMENT = config["experiment"]
 # per (hardware, model, dataset, temperature) that decodes all its methods in one process;
 # `model`: one per (hardware, model, temperature), every dataset and method in one process
 DECODE_JOBS = EXP.get("decode_jobs", "method")
+# per-method decode jobs split into this many shards each (`decode_jobs: method` only)
+SHARDS = int(config["shards"])
 # `chain`: measure_hardware, calibrate_latency and profile_constants as three jobs;
 # `one`: calibrate_model runs them in one process (small models, where start-up dominates)
 CALIBRATION_JOBS = EXP.get("calibration_jobs", "chain")
@@ -120,9 +135,15 @@ def _decodes_on_gpu():
 # the tree's minimum and bucket width, with `auto` sized for the device
 N_MIN_EXP = resolve_n_min(EXP.get("n_min", N_MIN), _decodes_on_gpu())
 if N_MIN_EXP > EXP.get("n_max", N_MAX):
-    _auto = f" (`auto` on a {'GPU' if _decodes_on_gpu() else 'CPU'})" if EXP.get("n_min") == "auto" else ""
-    raise ConfigError(f"config keys `experiments.{EXPERIMENT}.n_min`/`n_max`: n_min {N_MIN_EXP}{_auto} > "
-                      f"n_max {EXP['n_max']}")
+    _auto = (
+        f" (`auto` on a {'GPU' if _decodes_on_gpu() else 'CPU'})"
+        if EXP.get("n_min") == "auto"
+        else ""
+    )
+    raise ConfigError(
+        f"config keys `experiments.{EXPERIMENT}.n_min`/`n_max`: n_min {N_MIN_EXP}{_auto} > "
+        f"n_max {EXP['n_max']}"
+    )
 
 
 def _software_fingerprint():
@@ -130,9 +151,17 @@ def _software_fingerprint():
     fp = None
     if TORCH_BUILD is not None and (CPU_ONLY or EXP.get("device", "auto") == "cpu"):
         # the CPU's fingerprint needs only torch's version string
-        fp = planning.cpu_fingerprint(TORCH_BUILD, EXP.get("dtype", "auto"), config["attn_impl"], config["engine"])
+        fp = planning.cpu_fingerprint(
+            TORCH_BUILD, EXP.get("dtype", "auto"), config["attn_impl"], config["engine"]
+        )
     elif GPU_NAME:
-        fp = planning.gpu_fingerprint(TORCH_BUILD, GPU_NAME, EXP.get("dtype", "auto"), config["attn_impl"], config["engine"])
+        fp = planning.gpu_fingerprint(
+            TORCH_BUILD,
+            GPU_NAME,
+            EXP.get("dtype", "auto"),
+            config["attn_impl"],
+            config["engine"],
+        )
     fp = fp or _torch_fingerprint()
     return ";".join(f"{k}={fp[k]}" for k in fingerprint.COMPARED)
 
@@ -145,9 +174,13 @@ def _torch_fingerprint():
 
     want_cuda = EXP.get("device", "auto") != "cpu" and torch.cuda.is_available()
     device = torch.device("cuda" if want_cuda else "cpu")
-    dtype = {"auto": torch.bfloat16 if want_cuda else torch.float32}.get(EXP.get("dtype", "auto"))
+    dtype = {"auto": torch.bfloat16 if want_cuda else torch.float32}.get(
+        EXP.get("dtype", "auto")
+    )
     dtype = dtype or getattr(torch, EXP["dtype"])
-    return fingerprint.collect(device, dtype, config["attn_impl"], resolve_engine(config["engine"], device))
+    return fingerprint.collect(
+        device, dtype, config["attn_impl"], resolve_engine(config["engine"], device)
+    )
 
 
 SOFTWARE = _software_fingerprint()
@@ -166,7 +199,11 @@ def code_hash(folders, exclude=()):
     for folder in folders:
         root = REPO / folder
         for path in sorted(root.rglob("*") if root.is_dir() else [root]):
-            if not path.is_file() or "__pycache__" in path.parts or any(path.is_relative_to(e) for e in skip):
+            if (
+                not path.is_file()
+                or "__pycache__" in path.parts
+                or any(path.is_relative_to(e) for e in skip)
+            ):
                 continue
             h.update(path.relative_to(REPO).as_posix().encode())
             h.update(path.read_bytes())
@@ -178,8 +215,12 @@ def code_hash(folders, exclude=()):
 # calibration and decode jobs everything else (a new subpackage lands there by default).
 SHARED = ["bastion/__init__.py", "bastion/defaults.py"]
 CODE_DATA = code_hash(["bastion/data", *SHARED])
-CODE_REPORT = code_hash(["bastion/report", "bastion/results", "bastion/pipeline", *SHARED])
-CODE_DECODE = code_hash(["bastion", "dflash"], exclude=["bastion/data", "bastion/report"])
+CODE_REPORT = code_hash(
+    ["bastion/report", "bastion/results", "bastion/pipeline", *SHARED]
+)
+CODE_DECODE = code_hash(
+    ["bastion", "dflash"], exclude=["bastion/data", "bastion/report"]
+)
 
 
 TEMPS = [temperature_dir(t) for t in EXP["temperatures"]]
@@ -219,7 +260,7 @@ def all_decode_outputs(hardware=HW, methods=None):
     ]
 
 
-def ablation_aggregate_inputs(wildcards):
+def get_ablation_aggregate_inputs(wildcards):
     """The ablation's fixed-budget outputs, with AR's (the speedup baseline) beside them."""
     return all_decode_outputs(wildcards.hardware, [BASELINE, *ABLATION_METHODS])
 
@@ -252,7 +293,7 @@ def get_final_targets():
     return targets
 
 
-def model_spec(wildcards):
+def get_model_spec(wildcards):
     return config["models"][wildcards.model]
 
 
@@ -278,7 +319,7 @@ def calibration_class(temperature):
 TCLASSES = sorted({calibration_class(t) for t in EXP["temperatures"]})
 
 
-def pair_inputs(wildcards):
+def get_pair_inputs(wildcards):
     return {
         "model": f"results/models/{wildcards.model}.json",
         # every decode job waits for its pair's calibration (of its temperature class), which also checked the device
@@ -286,21 +327,32 @@ def pair_inputs(wildcards):
     }
 
 
-def cell_inputs(wildcards):
-    return {"data": f"results/datasets/{wildcards.dataset}.jsonl", **pair_inputs(wildcards)}
+def get_cell_inputs(wildcards):
+    return {
+        "data": f"results/datasets/{wildcards.dataset}.jsonl",
+        **get_pair_inputs(wildcards),
+    }
 
 
-def model_inputs(wildcards):
+def get_model_inputs(wildcards):
     """A `decode_model` job's inputs: every dataset of the experiment, the model and its calibration."""
-    return {"data": [f"results/datasets/{d}.jsonl" for d in DATASETS], **pair_inputs(wildcards)}
+    return {
+        "data": [f"results/datasets/{d}.jsonl" for d in DATASETS],
+        **get_pair_inputs(wildcards),
+    }
 
 
-def decode_inputs(wildcards):
-    inputs = cell_inputs(wildcards)
+def get_decode_inputs(wildcards):
+    inputs = get_cell_inputs(wildcards)
     if wildcards.dataset in MULTI_TURN_DATASETS and wildcards.method != BASELINE:
         # one history for all methods: turn k of every method carries AR's answers to turns 1..k-1
-        inputs["history"] = decode_output(wildcards.hardware, wildcards.model, wildcards.dataset,
-                                          wildcards.temperature, BASELINE)
+        inputs["history"] = decode_output(
+            wildcards.hardware,
+            wildcards.model,
+            wildcards.dataset,
+            wildcards.temperature,
+            BASELINE,
+        )
     return inputs
 
 
@@ -333,7 +385,7 @@ def method_knobs(dataset, temperature, method):
     return knobs
 
 
-def decode_params(wildcards):
+def get_decode_params(wildcards):
     return method_knobs(wildcards.dataset, wildcards.temperature, wildcards.method)
 
 
@@ -348,31 +400,41 @@ def cell_runs(hardware, model, dataset, temperature, methods):
             "data": f"results/datasets/{dataset}.jsonl",
             "output": decode_output(*cell, m),
             # AR runs first in the main cell and writes the histories of the others' later turns
-            "history": decode_output(*cell, BASELINE) if multi_turn and m != BASELINE else None,
+            "history": (
+                decode_output(*cell, BASELINE) if multi_turn and m != BASELINE else None
+            ),
         }
         for m in methods
     }
 
 
-def decode_cell_params(wildcards, methods=MAIN_METHODS):
-    return cell_runs(wildcards.hardware, wildcards.model, wildcards.dataset, wildcards.temperature, methods)
+def get_decode_cell_params(wildcards, methods=MAIN_METHODS):
+    return cell_runs(
+        wildcards.hardware,
+        wildcards.model,
+        wildcards.dataset,
+        wildcards.temperature,
+        methods,
+    )
 
 
-def decode_model_params(wildcards, methods=MAIN_METHODS):
-    """"dataset/method" -> the runs of every cell of this (hardware, model, temperature), dataset by dataset."""
+def get_decode_model_params(wildcards, methods=MAIN_METHODS):
+    """ "dataset/method" -> the runs of every cell of this (hardware, model, temperature), dataset by dataset."""
     return {
         f"{d}/{m}": knobs
         for d in DATASETS
-        for m, knobs in cell_runs(wildcards.hardware, wildcards.model, d, wildcards.temperature, methods).items()
+        for m, knobs in cell_runs(
+            wildcards.hardware, wildcards.model, d, wildcards.temperature, methods
+        ).items()
     }
 
 
-def ablation_cell_params(wildcards):
-    return decode_cell_params(wildcards, ABLATION_METHODS)
+def get_ablation_cell_params(wildcards):
+    return get_decode_cell_params(wildcards, ABLATION_METHODS)
 
 
-def ablation_model_params(wildcards):
-    return decode_model_params(wildcards, ABLATION_METHODS)
+def get_ablation_model_params(wildcards):
+    return get_decode_model_params(wildcards, ABLATION_METHODS)
 
 
 def _histories(wildcards, datasets):
@@ -381,13 +443,129 @@ def _histories(wildcards, datasets):
     Only those: on single-turn sets the ablation jobs do not wait for (or rerun after) the
     main job.
     """
-    return [decode_output(wildcards.hardware, wildcards.model, d, wildcards.temperature, BASELINE)
-            for d in datasets if d in MULTI_TURN_DATASETS]
+    return [
+        decode_output(
+            wildcards.hardware, wildcards.model, d, wildcards.temperature, BASELINE
+        )
+        for d in datasets
+        if d in MULTI_TURN_DATASETS
+    ]
 
 
-def ablation_cell_inputs(wildcards):
-    return {**cell_inputs(wildcards), "history": _histories(wildcards, [wildcards.dataset])}
+def get_ablation_cell_inputs(wildcards):
+    return {
+        **get_cell_inputs(wildcards),
+        "history": _histories(wildcards, [wildcards.dataset]),
+    }
 
 
-def ablation_model_inputs(wildcards):
-    return {**model_inputs(wildcards), "history": _histories(wildcards, DATASETS)}
+def get_ablation_model_inputs(wildcards):
+    return {**get_model_inputs(wildcards), "history": _histories(wildcards, DATASETS)}
+
+
+# The decode rules, one dict each: decode.smk makes them all with one rule block, so
+# they differ only in what these give.  What one job covers is the wildcards of its
+# log and benchmark paths.
+MODEL_SCOPE = "{hardware}/{model}/t{temperature}"
+CELL_SCOPE = "{hardware}/{model}/{dataset}/t{temperature}"
+METHOD_SCOPE = "{hardware}/{model}/{dataset}/t{temperature}/{method}"
+SHARD_SCOPE = "{hardware}/{model}/{dataset}/t{temperature}/{method}.{shard}"
+CELL_OUTPUT = (
+    "results/{{hardware}}/{{model}}/{{dataset}}/t{{temperature}}/{method}.jsonl"
+)
+MODEL_OUTPUT = (
+    "results/{{hardware}}/{{model}}/{dataset}/t{{temperature}}/{method}.jsonl"
+)
+
+
+def decode_rule(
+    name, scope, inputs, outputs, script="decode_cell.py", logs=None, **params
+):
+    """One decode rule: its name, what one job covers, inputs, outputs, script and params.
+
+    ``logs`` names the folder of the job's log and benchmark (default: the rule's name);
+    ``params`` are the job's own, before the software fingerprint and the code hash that
+    every decode job carries.
+    """
+    folder = logs or name
+    return {
+        "name": name,
+        "inputs": inputs,
+        "outputs": outputs,
+        "params": {**params, "software": SOFTWARE, "code": CODE_DECODE},
+        "log": f"logs/{folder}/{scope}.log",
+        "benchmark": f"logs/benchmarks/{folder}/{scope}.tsv",
+        "script": f"../scripts/{script}",
+    }
+
+
+def get_decode_rules():
+    """The decode rules of this experiment's `decode_jobs` mode (and `shards`)."""
+    if DECODE_JOBS == "model":
+        jobs = [
+            decode_rule(
+                "decode_model",
+                MODEL_SCOPE,
+                get_model_inputs,
+                expand(MODEL_OUTPUT, dataset=DATASETS, method=MAIN_METHODS),
+                knobs=get_decode_model_params,
+            )
+        ]
+        if ABLATION_METHODS:
+            jobs.append(
+                decode_rule(
+                    "decode_model_ablation",
+                    MODEL_SCOPE,
+                    get_ablation_model_inputs,
+                    expand(MODEL_OUTPUT, dataset=DATASETS, method=ABLATION_METHODS),
+                    knobs=get_ablation_model_params,
+                )
+            )
+        return jobs
+    if DECODE_JOBS == "cell":
+        jobs = [
+            decode_rule(
+                "decode_cell",
+                CELL_SCOPE,
+                get_cell_inputs,
+                expand(CELL_OUTPUT, method=MAIN_METHODS),
+                knobs=get_decode_cell_params,
+            )
+        ]
+        if ABLATION_METHODS:
+            jobs.append(
+                decode_rule(
+                    "decode_cell_ablation",
+                    CELL_SCOPE,
+                    get_ablation_cell_inputs,
+                    expand(CELL_OUTPUT, method=ABLATION_METHODS),
+                    knobs=get_ablation_cell_params,
+                )
+            )
+        return jobs
+    if SHARDS == 1:
+        output = "results/{hardware}/{model}/{dataset}/t{temperature}/{method}.jsonl"
+        return [
+            decode_rule(
+                "decode",
+                METHOD_SCOPE,
+                get_decode_inputs,
+                output,
+                "decode.py",
+                knobs=get_decode_params,
+                shard=None,
+            )
+        ]
+    output = "results/{hardware}/{model}/{dataset}/t{temperature}/shards/{method}.{shard}.jsonl"
+    return [
+        decode_rule(
+            "decode_shard",
+            SHARD_SCOPE,
+            get_decode_inputs,
+            output,
+            "decode.py",
+            logs="decode",
+            knobs=get_decode_params,
+            shard=lambda wildcards: f"{wildcards.shard}/{SHARDS}",
+        )
+    ]
