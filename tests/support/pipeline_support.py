@@ -7,6 +7,7 @@ clean clone would hold (tracked and untracked-but-not-ignored files).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -79,6 +80,16 @@ def planned(work: Path, *args: str) -> dict[str, int]:
         if m and m.group(1) != "total":
             counts[m.group(1)] = int(m.group(2))
     return counts
+
+
+def dag_jobs(work: Path, *targets: str, configfiles: tuple[str, ...] = (), config: dict | None = None) -> list[dict]:
+    """Every job a dry run of ``targets`` would execute, with its evaluated params (tests/support/dag_jobs.py)."""
+    spec = json.dumps({"targets": list(targets), "configfiles": list(configfiles), "config": config or {}})
+    res = subprocess.run([sys.executable, "-m", "tests.support.dag_jobs", spec], cwd=work, env=env(work),
+                         capture_output=True, text=True, timeout=600)
+    if res.returncode != 0:
+        raise AssertionError(f"dag_jobs {spec} failed:\n{res.stdout[-4000:]}\n{res.stderr[-6000:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 def hardware_key(work: Path) -> str:
