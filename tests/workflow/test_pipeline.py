@@ -73,14 +73,46 @@ def test_second_run_does_nothing(work):
     assert planned(work, "--", "figures/speedup_table.pdf") == {}
 
 
+def test_the_ablation_job_decodes_its_own_runs_and_leaves_the_main_job_alone(work, tmp_path):
+    """figures/budget_ablation.pdf from one job: its own AR, adaptive BASTION and a fixed
+    budget, prompt by prompt in turn; the main job's files stay as they are."""
+    hw = hardware_key(work)
+    overlay = tmp_path / "ablation.yaml"  # one budget, the CPU's tree size, keeps the job short
+    overlay.write_text("experiments:\n  tiny:\n    budget_ablation: [16]\n")
+    args = ["--configfile", "config.yaml", str(overlay), "--", "figures/budget_ablation.pdf"]
+    assert planned(work, *args) == {"decode_model_ablation": 1, "aggregate_ablation": 1, "plot_budget_ablation": 1}
+    results = work / "results" / hw / "tiny"
+    stamp = {p: p.stat().st_mtime_ns for p in results.glob("*/t0/*.jsonl")}
+    smk(work, "--cores", "1", *args)
+    assert {p: p.stat().st_mtime_ns for p in results.glob("*/t0/*.jsonl")} == stamp
+    for dataset in ("humaneval-pkg", "stdlib-heldout"):
+        main, own = results / dataset / "t0", results / dataset / "t0" / "ablation"
+        assert sorted(p.name for p in own.iterdir()) == ["ar.jsonl", "bastion-b16.jsonl", "bastion.jsonl"]
+        ar = _tokens(main / "ar.jsonl")
+        assert len(ar) == 8 and all(_tokens(own / f"{m}.jsonl") == ar for m in ("ar", "bastion", "bastion-b16"))
+        trees = [[r["tree_sizes"] for r in map(json.loads, open(folder / "bastion.jsonl"))] for folder in (main, own)]
+        assert trees[0] == trees[1]  # the same adaptive trees as the main job's
+        assert {s for r in map(json.loads, open(own / "bastion-b16.jsonl")) for s in r["tree_sizes"]} <= set(range(1, 17))
+    cells = list(csv.DictReader(open(work / f"results/{hw}/aggregate/tiny/ablation/cells.csv")))
+    assert sorted((c["dataset"], c["method"]) for c in cells) == sorted(
+        (d, m) for d in ("humaneval-pkg", "stdlib-heldout") for m in ("ar", "bastion", "bastion-b16"))
+    assert all(float(c["speedup"]) == 1.0 for c in cells if c["method"] == "ar")
+    assert all(float(c["speedup"]) > 0 for c in cells)
+    from pypdf import PdfReader
+
+    text = PdfReader(str(work / "figures/budget_ablation.pdf")).pages[0].extract_text()
+    assert "adaptive" in text and "DFlash" not in text  # its own runs only: no DFlash line from the main job
+    assert planned(work, *args) == {} and planned(work, "--", "figures/speedup_table.pdf") == {}
+
+
 def test_lint_and_paper_plan_without_network(work):
     lint = smk(work, "--lint", check=False)
     assert lint.returncode == 0 and "Lints for" not in lint.stdout + lint.stderr, lint.stdout + lint.stderr
     t0 = time.monotonic()
     plan = planned(work, "--config", "experiment=paper")
     assert time.monotonic() - t0 < 120
-    # 3 models x 8 datasets x 2 temperatures x (ar, eagle3, dflash, bastion + 6 budgets)
-    assert plan["decode"] == 3 * 8 * 2 * 10
+    # 3 models x 8 datasets x 2 temperatures x (ar, eagle3, dflash, bastion), and the ablation per cell
+    assert plan["decode"] == 3 * 8 * 2 * 4 and plan["decode_cell_ablation"] == 3 * 8 * 2
     # calibration per (model, temperature class): T = 0 and T > 0
     assert plan["prepare_dataset"] == 8 and plan["fetch_model"] == 3 and plan["calibrate_latency"] == 6
 

@@ -1,6 +1,7 @@
 # Aggregation: per-prompt, per-step and per-cell tables of one hardware key's results: the
-# main comparison, and apart from it the budget ablation's fixed budgets (with AR's outputs,
-# their speedup baseline), so that the paper's tables never wait for the ablation.
+# main comparison, and apart from it the budget ablation job's own files (its AR, the
+# speedup baseline, its budget rules and fixed budgets), so that the paper's tables never
+# wait for the ablation and the ablation's speedups never mix two processes.
 
 
 rule aggregate_results:

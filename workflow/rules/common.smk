@@ -232,6 +232,14 @@ ABLATION = list(EXP.get("budget_ablation", []))
 MAIN_METHODS = [BASELINE] + [m for m in EXP["methods"] if m != BASELINE]
 ABLATION_METHODS = [ablation_method(b) for b in ABLATION]
 METHODS = MAIN_METHODS + ABLATION_METHODS
+# The budget rules among the experiment's methods: every method named bastion* sizes its
+# trees by a rule (the fixed budgets are bastion-b<N>, which are no experiment method).
+ADAPTIVE_METHODS = [m for m in MAIN_METHODS if m.startswith("bastion")]
+# The ablation job's own runs: AR (the speedup baseline, and the history of multi-turn
+# sets), the budget rules and the fixed budgets, decoded in turn prompt by prompt in one
+# process into files of their own, so that a drift of the machine's speed touches every
+# point of figures/budget_ablation.pdf alike.
+ABLATION_RUNS = [BASELINE, *ADAPTIVE_METHODS, *ABLATION_METHODS] if ABLATION else []
 
 
 wildcard_constraints:
@@ -249,10 +257,17 @@ def decode_output(hardware, model, dataset, temperature, method):
     return f"results/{hardware}/{model}/{dataset}/t{temperature}/{method}.jsonl"
 
 
-def all_decode_outputs(hardware=HW, methods=None):
+def ablation_output(hardware, model, dataset, temperature, method):
+    """A run of the budget ablation's job: its own folder beside the main comparison's files."""
+    return (
+        f"results/{hardware}/{model}/{dataset}/t{temperature}/ablation/{method}.jsonl"
+    )
+
+
+def all_decode_outputs(hardware=HW, methods=None, files=decode_output):
     """Every decode output of ``methods`` (default: the main comparison) on ``hardware``."""
     return [
-        decode_output(hardware, m, d, t, meth)
+        files(hardware, m, d, t, meth)
         for m in MODELS
         for d in DATASETS
         for t in TEMPS
@@ -261,8 +276,8 @@ def all_decode_outputs(hardware=HW, methods=None):
 
 
 def get_ablation_aggregate_inputs(wildcards):
-    """The ablation's fixed-budget outputs, with AR's (the speedup baseline) beside them."""
-    return all_decode_outputs(wildcards.hardware, [BASELINE, *ABLATION_METHODS])
+    """The ablation job's files only: its AR, budget rules and fixed budgets, decoded together."""
+    return all_decode_outputs(wildcards.hardware, ABLATION_RUNS, ablation_output)
 
 
 def aggregate_dir(hardware=HW):
@@ -389,8 +404,13 @@ def get_decode_params(wildcards):
     return method_knobs(wildcards.dataset, wildcards.temperature, wildcards.method)
 
 
-def cell_runs(hardware, model, dataset, temperature, methods):
-    """Method -> its knobs, dataset, data, output and history file (AR's output, on multi-turn sets), in order."""
+def cell_runs(hardware, model, dataset, temperature, methods, files=decode_output):
+    """Method -> its knobs, dataset, data, output and history file (AR's output, on multi-turn sets), in order.
+
+    ``files`` places the outputs: the main comparison's or the ablation job's own.  AR runs
+    first in a cell or model job and writes the histories of the others' later turns, so
+    neither that job nor the ablation's reads another job's records.
+    """
     cell = (hardware, model, dataset, temperature)
     multi_turn = dataset in MULTI_TURN_DATASETS
     return {
@@ -398,69 +418,48 @@ def cell_runs(hardware, model, dataset, temperature, methods):
             **method_knobs(dataset, temperature, m),
             "dataset": dataset,
             "data": f"results/datasets/{dataset}.jsonl",
-            "output": decode_output(*cell, m),
-            # AR runs first in the main cell and writes the histories of the others' later turns
+            "output": files(*cell, m),
             "history": (
-                decode_output(*cell, BASELINE) if multi_turn and m != BASELINE else None
+                files(*cell, BASELINE) if multi_turn and m != BASELINE else None
             ),
         }
         for m in methods
     }
 
 
-def get_decode_cell_params(wildcards, methods=MAIN_METHODS):
+def get_decode_cell_params(wildcards, methods=MAIN_METHODS, files=decode_output):
     return cell_runs(
         wildcards.hardware,
         wildcards.model,
         wildcards.dataset,
         wildcards.temperature,
         methods,
+        files,
     )
 
 
-def get_decode_model_params(wildcards, methods=MAIN_METHODS):
+def get_decode_model_params(wildcards, methods=MAIN_METHODS, files=decode_output):
     """ "dataset/method" -> the runs of every cell of this (hardware, model, temperature), dataset by dataset."""
     return {
         f"{d}/{m}": knobs
         for d in DATASETS
         for m, knobs in cell_runs(
-            wildcards.hardware, wildcards.model, d, wildcards.temperature, methods
+            wildcards.hardware,
+            wildcards.model,
+            d,
+            wildcards.temperature,
+            methods,
+            files,
         ).items()
     }
 
 
 def get_ablation_cell_params(wildcards):
-    return get_decode_cell_params(wildcards, ABLATION_METHODS)
+    return get_decode_cell_params(wildcards, ABLATION_RUNS, ablation_output)
 
 
 def get_ablation_model_params(wildcards):
-    return get_decode_model_params(wildcards, ABLATION_METHODS)
-
-
-def _histories(wildcards, datasets):
-    """AR's outputs of the multi-turn sets among ``datasets``: the ablation runs' histories.
-
-    Only those: on single-turn sets the ablation jobs do not wait for (or rerun after) the
-    main job.
-    """
-    return [
-        decode_output(
-            wildcards.hardware, wildcards.model, d, wildcards.temperature, BASELINE
-        )
-        for d in datasets
-        if d in MULTI_TURN_DATASETS
-    ]
-
-
-def get_ablation_cell_inputs(wildcards):
-    return {
-        **get_cell_inputs(wildcards),
-        "history": _histories(wildcards, [wildcards.dataset]),
-    }
-
-
-def get_ablation_model_inputs(wildcards):
-    return {**get_model_inputs(wildcards), "history": _histories(wildcards, DATASETS)}
+    return get_decode_model_params(wildcards, ABLATION_RUNS, ablation_output)
 
 
 # The decode rules, one dict each: decode.smk makes them all with one rule block, so
@@ -475,6 +474,10 @@ CELL_OUTPUT = (
 )
 MODEL_OUTPUT = (
     "results/{{hardware}}/{{model}}/{dataset}/t{{temperature}}/{method}.jsonl"
+)
+CELL_ABLATION_OUTPUT = "results/{{hardware}}/{{model}}/{{dataset}}/t{{temperature}}/ablation/{method}.jsonl"
+MODEL_ABLATION_OUTPUT = (
+    "results/{{hardware}}/{{model}}/{dataset}/t{{temperature}}/ablation/{method}.jsonl"
 )
 
 
@@ -500,72 +503,67 @@ def decode_rule(
 
 
 def get_decode_rules():
-    """The decode rules of this experiment's `decode_jobs` mode (and `shards`)."""
+    """The decode rules of this experiment's `decode_jobs` mode (and `shards`), and the ablation's."""
     if DECODE_JOBS == "model":
-        jobs = [
+        outputs = expand(MODEL_OUTPUT, dataset=DATASETS, method=MAIN_METHODS)
+        knobs = get_decode_model_params
+        rules = [
             decode_rule(
-                "decode_model",
-                MODEL_SCOPE,
-                get_model_inputs,
-                expand(MODEL_OUTPUT, dataset=DATASETS, method=MAIN_METHODS),
-                knobs=get_decode_model_params,
+                "decode_model", MODEL_SCOPE, get_model_inputs, outputs, knobs=knobs
             )
         ]
-        if ABLATION_METHODS:
-            jobs.append(
-                decode_rule(
-                    "decode_model_ablation",
-                    MODEL_SCOPE,
-                    get_ablation_model_inputs,
-                    expand(MODEL_OUTPUT, dataset=DATASETS, method=ABLATION_METHODS),
-                    knobs=get_ablation_model_params,
-                )
-            )
-        return jobs
-    if DECODE_JOBS == "cell":
-        jobs = [
+    elif DECODE_JOBS == "cell":
+        outputs = expand(CELL_OUTPUT, method=MAIN_METHODS)
+        knobs = get_decode_cell_params
+        rules = [
             decode_rule(
-                "decode_cell",
-                CELL_SCOPE,
-                get_cell_inputs,
-                expand(CELL_OUTPUT, method=MAIN_METHODS),
-                knobs=get_decode_cell_params,
+                "decode_cell", CELL_SCOPE, get_cell_inputs, outputs, knobs=knobs
             )
         ]
-        if ABLATION_METHODS:
-            jobs.append(
-                decode_rule(
-                    "decode_cell_ablation",
-                    CELL_SCOPE,
-                    get_ablation_cell_inputs,
-                    expand(CELL_OUTPUT, method=ABLATION_METHODS),
-                    knobs=get_ablation_cell_params,
-                )
-            )
-        return jobs
+    else:
+        rules = [method_rule()]
+    if ABLATION_RUNS:
+        rules.append(ablation_rule())
+    return rules
+
+
+def method_rule():
+    """`decode_jobs: method`: one job per method, or per shard of it."""
     if SHARDS == 1:
         output = "results/{hardware}/{model}/{dataset}/t{temperature}/{method}.jsonl"
-        return [
-            decode_rule(
-                "decode",
-                METHOD_SCOPE,
-                get_decode_inputs,
-                output,
-                "decode.py",
-                knobs=get_decode_params,
-                shard=None,
-            )
-        ]
-    output = "results/{hardware}/{model}/{dataset}/t{temperature}/shards/{method}.{shard}.jsonl"
-    return [
-        decode_rule(
-            "decode_shard",
-            SHARD_SCOPE,
+        return decode_rule(
+            "decode",
+            METHOD_SCOPE,
             get_decode_inputs,
             output,
             "decode.py",
-            logs="decode",
             knobs=get_decode_params,
-            shard=lambda wildcards: f"{wildcards.shard}/{SHARDS}",
+            shard=None,
         )
-    ]
+    output = "results/{hardware}/{model}/{dataset}/t{temperature}/shards/{method}.{shard}.jsonl"
+    return decode_rule(
+        "decode_shard",
+        SHARD_SCOPE,
+        get_decode_inputs,
+        output,
+        "decode.py",
+        logs="decode",
+        knobs=get_decode_params,
+        shard=lambda wildcards: f"{wildcards.shard}/{SHARDS}",
+    )
+
+
+def ablation_rule():
+    """The budget ablation's job: per (hardware, model, temperature) with `decode_jobs: model`,
+    else per cell (never sharded: its runs advance together, prompt by prompt)."""
+    if DECODE_JOBS == "model":
+        outputs = expand(MODEL_ABLATION_OUTPUT, dataset=DATASETS, method=ABLATION_RUNS)
+        knobs = get_ablation_model_params
+        return decode_rule(
+            "decode_model_ablation", MODEL_SCOPE, get_model_inputs, outputs, knobs=knobs
+        )
+    outputs = expand(CELL_ABLATION_OUTPUT, method=ABLATION_RUNS)
+    knobs = get_ablation_cell_params
+    return decode_rule(
+        "decode_cell_ablation", CELL_SCOPE, get_cell_inputs, outputs, knobs=knobs
+    )

@@ -2,9 +2,11 @@
 # with `decode_jobs: cell` one job per (hardware, model, dataset, temperature) that decodes
 # every method in one process (models and engine loaded once) into the same files; with
 # `decode_jobs: model` one job per (hardware, model, temperature) for every dataset too.
-# In those two modes the budget ablation's fixed-budget runs are a job of their own
-# (`decode_cell_ablation`, `decode_model_ablation`), so the speedup table never waits
-# for them.  Jobs append finished prompts to <output>.partial and resume from it after a kill.
+# The budget ablation is a job of its own in every mode (`decode_model_ablation` per
+# (hardware, model, temperature) with `decode_jobs: model`, else `decode_cell_ablation` per
+# cell), so the speedup table never waits for it: AR, the budget rules and the fixed budgets,
+# prompt by prompt in turn, into <cell>/ablation/<method>.jsonl.  Jobs append finished
+# prompts to <output>.partial and resume from it after a kill.
 # The rules differ only in name, scope, inputs, outputs and params: get_decode_rules()
 # (common.smk) lists them and the one block below makes each.
 

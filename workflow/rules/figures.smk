@@ -99,7 +99,7 @@ rule plot_tree_budget:
 
 rule plot_budget_ablation:
     input:
-        cells=[f"{AGG}/cells.csv", f"{AGG}/ablation/cells.csv"],  # adaptive BASTION and DFlash; the fixed budgets
+        cells=f"{AGG}/ablation/cells.csv",  # the ablation job's AR, budget rules and fixed budgets only
     output:
         report(
             "figures/budget_ablation.pdf",
