@@ -481,10 +481,8 @@ MODEL_ABLATION_OUTPUT = (
 )
 
 
-def decode_rule(
-    name, scope, inputs, outputs, script="decode_cell.py", logs=None, **params
-):
-    """One decode rule: its name, what one job covers, inputs, outputs, script and params.
+def decode_rule(name, scope, inputs, outputs, logs=None, **params):
+    """One decode rule: its name, what one job covers, inputs, outputs and params.
 
     ``logs`` names the folder of the job's log and benchmark (default: the rule's name);
     ``params`` are the job's own, before the software fingerprint and the code hash that
@@ -498,59 +496,62 @@ def decode_rule(
         "params": {**params, "software": SOFTWARE, "code": CODE_DECODE},
         "log": f"logs/{folder}/{scope}.log",
         "benchmark": f"logs/benchmarks/{folder}/{scope}.tsv",
-        "script": f"../scripts/{script}",
     }
 
 
-def get_decode_rules():
-    """The decode rules of this experiment's `decode_jobs` mode (and `shards`), and the ablation's."""
+def get_cell_rules():
+    """The decode rules whose jobs decode several runs in one process (decode_cell.py):
+    the main comparison's with `decode_jobs: model` or `cell`, and the ablation's."""
+    rules = []
     if DECODE_JOBS == "model":
         outputs = expand(MODEL_OUTPUT, dataset=DATASETS, method=MAIN_METHODS)
         knobs = get_decode_model_params
-        rules = [
+        rules.append(
             decode_rule(
                 "decode_model", MODEL_SCOPE, get_model_inputs, outputs, knobs=knobs
             )
-        ]
+        )
     elif DECODE_JOBS == "cell":
         outputs = expand(CELL_OUTPUT, method=MAIN_METHODS)
         knobs = get_decode_cell_params
-        rules = [
+        rules.append(
             decode_rule(
                 "decode_cell", CELL_SCOPE, get_cell_inputs, outputs, knobs=knobs
             )
-        ]
-    else:
-        rules = [method_rule()]
+        )
     if ABLATION_RUNS:
         rules.append(ablation_rule())
     return rules
 
 
-def method_rule():
-    """`decode_jobs: method`: one job per method, or per shard of it."""
+def get_method_rules():
+    """`decode_jobs: method`: one job per method, or per shard of it (decode.py)."""
+    if DECODE_JOBS != "method":
+        return []
     if SHARDS == 1:
         output = "results/{hardware}/{model}/{dataset}/t{temperature}/{method}.jsonl"
-        return decode_rule(
-            "decode",
-            METHOD_SCOPE,
+        return [
+            decode_rule(
+                "decode",
+                METHOD_SCOPE,
+                get_decode_inputs,
+                output,
+                knobs=get_decode_params,
+                shard=None,
+            )
+        ]
+    output = "results/{hardware}/{model}/{dataset}/t{temperature}/shards/{method}.{shard}.jsonl"
+    return [
+        decode_rule(
+            "decode_shard",
+            SHARD_SCOPE,
             get_decode_inputs,
             output,
-            "decode.py",
+            logs="decode",
             knobs=get_decode_params,
-            shard=None,
+            shard=lambda wildcards: f"{wildcards.shard}/{SHARDS}",
         )
-    output = "results/{hardware}/{model}/{dataset}/t{temperature}/shards/{method}.{shard}.jsonl"
-    return decode_rule(
-        "decode_shard",
-        SHARD_SCOPE,
-        get_decode_inputs,
-        output,
-        "decode.py",
-        logs="decode",
-        knobs=get_decode_params,
-        shard=lambda wildcards: f"{wildcards.shard}/{SHARDS}",
-    )
+    ]
 
 
 def ablation_rule():

@@ -7,11 +7,13 @@
 # cell), so the speedup table never waits for it: AR, the budget rules and the fixed budgets,
 # prompt by prompt in turn, into <cell>/ablation/<method>.jsonl.  Jobs append finished
 # prompts to <output>.partial and resume from it after a kill.
-# The rules differ only in name, scope, inputs, outputs and params: get_decode_rules()
-# (common.smk) lists them and the one block below makes each.
+# The rules of one script differ only in name, scope, inputs, outputs and params:
+# get_cell_rules() and get_method_rules() (common.smk) list them, and one block per script
+# makes each.  (Snakemake evaluates a `script:` path again when the job runs, after a
+# loop has moved on, so the path is written out in each block.)
 
 
-for job in get_decode_rules():
+for job in get_cell_rules():
 
     rule:
         name:
@@ -32,7 +34,31 @@ for job in get_decode_rules():
         params:
             **job["params"],
         script:
-            job["script"]
+            "../scripts/decode_cell.py"
+
+
+for job in get_method_rules():
+
+    rule:
+        name:
+            job["name"]
+        input:
+            unpack(job["inputs"]),
+        output:
+            job["outputs"],
+        log:
+            job["log"],
+        benchmark:
+            job["benchmark"]
+        conda:
+            "../../envs/bastion.yaml"
+        threads: 1
+        resources:
+            **gpu_resources(),
+        params:
+            **job["params"],
+        script:
+            "../scripts/decode.py"
 
 
 if DECODE_JOBS == "method" and SHARDS > 1:
