@@ -280,7 +280,6 @@ def test_hardware_switch_reruns_only_the_new_key_in_one_warm_worker(work):
     assert (work / "results" / "alt-cpu" / "aggregate" / "tiny" / "cells.csv").exists()
     assert (work / "results" / old / "aggregate" / "tiny" / "cells.csv").exists()
     assert planned(work, "--config", "hardware=alt-cpu", keys, "--", "figures/speedup_table.pdf") == {}
-    assert planned(work, "--", "figures/speedup_table.pdf") == {}
     # with two keys, the comparison figure joins the default targets
     plan = planned(work, "--config", "hardware=alt-cpu", keys)
     assert plan.get("plot_hardware_comparison") == 1
@@ -301,8 +300,9 @@ def test_engine_switch_recalibrates_and_sharded_jobs_merge_to_the_same_records(w
 
     The default ``auto`` resolves to one engine on this CPU; switching to the other one
     recalibrates and redecodes (one method's file, in per-method jobs: shards split those,
-    and a cell job is refused with shards > 1; tests/runs/test_session.py decodes cells on
-    both engines).  Last in the module: it replaces one cell's results and the calibration.
+    and a cell job is refused with shards > 1; then another file in an unsplit job;
+    tests/runs/test_session.py decodes cells on both engines).  Last in the module: it
+    replaces two files' results and the calibration.
     """
     other = "eager" if resolve_engine("auto", "cpu") != "eager" else "static"
     hw = hardware_key(work)
@@ -324,5 +324,12 @@ def test_engine_switch_recalibrates_and_sharded_jobs_merge_to_the_same_records(w
     assert {(r["prompt_index"], r["turn"]): r["output_ids"] for r in records} == {
         (r["prompt_index"], r["turn"]): r["output_ids"] for r in before}
     assert {r["fingerprint"]["engine"] for r in records} == {other}
+    # unsplit, one method's job decodes with the new calibration too (AR's file: the shortest)
+    ar = f"results/{hw}/tiny/stdlib-heldout/t0/ar.jsonl"
+    before = _tokens(work / ar)
+    unsplit = ["--configfile", "config.yaml", str(overlay), "--config", f"engine={other}", "--", ar]
+    assert planned(work, *unsplit) == {"decode": 1}
+    smk(work, "--cores", "1", *unsplit)
+    assert _tokens(work / ar) == before and {json.loads(line)["fingerprint"]["engine"] for line in open(work / ar)} == {other}
     res = smk(work, "-n", "--config", "engine=turbo", "--", target, check=False)
     assert res.returncode != 0 and "turbo" in res.stdout + res.stderr
