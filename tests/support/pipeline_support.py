@@ -71,11 +71,21 @@ def dry_run_with(work: Path, overlay: Path, yaml_text: str) -> tuple[int, str]:
 def planned(work: Path, *args: str) -> dict[str, int]:
     """Rule -> number of jobs a dry run would execute ({} when nothing is to be done)."""
     res = smk(work, "-n", "--quiet", "rules", *args)
-    out = res.stdout + res.stderr
+    return _job_counts(res.stdout + res.stderr)
+
+
+def dry_run(work: Path, *args: str) -> tuple[dict[str, int], str]:
+    """A dry run's job counts (as :func:`planned` gives them) and its printout, job by job."""
+    res = smk(work, "-n", *args)
+    return _job_counts(res.stdout + res.stderr), res.stdout
+
+
+def _job_counts(out: str) -> dict[str, int]:
     if "Nothing to be done" in out:
         return {}
+    table = out.split("Job stats:", 1)[1].split("\n\n", 1)[0] if "Job stats:" in out else out
     counts = {}
-    for line in out.splitlines():
+    for line in table.splitlines():
         m = re.match(r"^\s*([a-z_]+)\s+(\d+)\s*$", line)
         if m and m.group(1) != "total":
             counts[m.group(1)] = int(m.group(2))

@@ -16,7 +16,7 @@ import re
 
 import pytest
 
-from tests.support.pipeline_support import copy_checkout, dag_jobs, dry_run_with, planned, smk
+from tests.support.pipeline_support import copy_checkout, dag_jobs, dry_run, dry_run_with, planned, smk
 
 
 @pytest.fixture(scope="module")
@@ -25,10 +25,9 @@ def work(tmp_path_factory):
 
 
 def test_tiny_plans_one_decode_job_and_one_calibration_job(work, tmp_path):
-    plan = planned(work, "--", "figures/speedup_table.pdf")
+    plan, dry = dry_run(work, "--", "figures/speedup_table.pdf")
     assert plan.get("decode_model") == 1 and "decode_cell" not in plan and "decode" not in plan
     assert plan.get("calibrate_model") == 1 and "calibrate_latency" not in plan and "measure_hardware" not in plan
-    dry = smk(work, "-n", "--", "figures/speedup_table.pdf").stdout
     block = next(b for b in re.split(r"\n(?=rule )", dry) if b.startswith("rule decode_model:"))
     outputs = re.search(r"\n\s+output: (.*)", block).group(1).split(",")
     assert len(outputs) == 2 * 4  # both datasets x (ar, eagle3, dflash, bastion)
@@ -135,9 +134,8 @@ def test_one_calibration_job_writes_every_temperature_class(work, tmp_path):
     overlay = tmp_path / "temps.yaml"
     overlay.write_text("experiments:\n  tiny:\n    temperatures: [0.0, 1.0]\n")
     args = ["--configfile", "config.yaml", str(overlay), "--config", "hardware=h200", "--", "figures/speedup_table.pdf"]
-    plan = planned(work, *args)
+    plan, dry = dry_run(work, *args)
     assert plan.get("calibrate_model") == 1 and plan.get("decode_model") == 2  # one decode job per temperature
-    dry = smk(work, "-n", *args).stdout
     block = next(b for b in re.split(r"\n(?=(?:local)?rule )", dry) if re.match(r"(local)?rule calibrate_model:", b))
     outputs = {x.strip() for x in re.search(r"\n\s+output: (.*)", block).group(1).split(",")}
     assert outputs == {f"results/h200/tiny/{name}.json" for name in (
