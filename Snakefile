@@ -19,6 +19,6 @@ include: "workflow/rules/figures.smk"
 
 
 rule all:
+    default_target: True
     input:
         get_final_targets(),
-    default_target: True

@@ -13,11 +13,12 @@ of a killed job before rerunning it, and the kept records let every method resum
 (a finished one in no time).  The partial files go once every output is written.
 
 Consecutive runs on the same prompts advance prompt by prompt, in turn (AR, then each
-other method, on prompt 0, then on prompt 1, ...), unless one of them reads another's
-history: a slow spell of the machine then touches every method alike.  Run one method
-after another, the 2-core CPU's drifts of 10-15% over a few minutes made one method
-look 10% faster or slower than another from run to run (docs/performance.md).  Each run's
-records and files are the same either way.
+other method, on prompt 0, then on prompt 1, ...): a slow spell of the machine then
+touches every method alike.  Run one method after another, the 2-core CPU's drifts of
+10-15% over a few minutes made one method look 10% faster or slower than another from
+run to run (docs/performance.md).  On multi-turn sets the runs that read AR's answers as
+their history start once AR's file is written: AR decodes its prompts first, then the
+readers advance in turn.  Each run's records and files are the same either way.
 """
 
 from __future__ import annotations
@@ -42,11 +43,11 @@ def decode_cell(runs: Sequence[DecodeRun]) -> Session:
                 budget = f" at budget {run.budget}" if run.budget else ""
                 print(f"[cell] {'/'.join(parse_methods(run.methods))}{budget} -> {run.output}", file=sys.stderr, flush=True)
             run.keep_partial = True
-        if any(run.history_from for run in group):  # each needs the history its predecessor writes
-            for run in group:
-                run.execute(session)
-        else:
-            _in_turn([run.prompt_steps(session) for run in group])
+        # a run reads its history file whole when it starts: the runs that write it go first
+        writers = [run for run in group if not run.history_from]
+        readers = [run for run in group if run.history_from]
+        for batch in (writers, readers):
+            _in_turn([run.prompt_steps(session) for run in batch])
     for run in runs:
         if run.output:
             records.partial_path(run.output).unlink(missing_ok=True)

@@ -7,6 +7,7 @@ clean clone would hold (tracked and untracked-but-not-ignored files).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -70,15 +71,35 @@ def dry_run_with(work: Path, overlay: Path, yaml_text: str) -> tuple[int, str]:
 def planned(work: Path, *args: str) -> dict[str, int]:
     """Rule -> number of jobs a dry run would execute ({} when nothing is to be done)."""
     res = smk(work, "-n", "--quiet", "rules", *args)
-    out = res.stdout + res.stderr
+    return _job_counts(res.stdout + res.stderr)
+
+
+def dry_run(work: Path, *args: str) -> tuple[dict[str, int], str]:
+    """A dry run's job counts (as :func:`planned` gives them) and its printout, job by job."""
+    res = smk(work, "-n", *args)
+    return _job_counts(res.stdout + res.stderr), res.stdout
+
+
+def _job_counts(out: str) -> dict[str, int]:
     if "Nothing to be done" in out:
         return {}
+    table = out.split("Job stats:", 1)[1].split("\n\n", 1)[0] if "Job stats:" in out else out
     counts = {}
-    for line in out.splitlines():
+    for line in table.splitlines():
         m = re.match(r"^\s*([a-z_]+)\s+(\d+)\s*$", line)
         if m and m.group(1) != "total":
             counts[m.group(1)] = int(m.group(2))
     return counts
+
+
+def dag_jobs(work: Path, *targets: str, configfiles: tuple[str, ...] = (), config: dict | None = None) -> list[dict]:
+    """Every job a dry run of ``targets`` would execute, with its evaluated params (tests/support/dag_jobs.py)."""
+    spec = json.dumps({"targets": list(targets), "configfiles": list(configfiles), "config": config or {}})
+    res = subprocess.run([sys.executable, "-m", "tests.support.dag_jobs", spec], cwd=work, env=env(work),
+                         capture_output=True, text=True, timeout=600)
+    if res.returncode != 0:
+        raise AssertionError(f"dag_jobs {spec} failed:\n{res.stdout[-4000:]}\n{res.stderr[-6000:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 def hardware_key(work: Path) -> str:

@@ -2,9 +2,11 @@
 
 - `tiny` (`decode_jobs: model`): one `decode_model` job per (hardware, model,
   temperature) writes every dataset's and method's file; with `decode_jobs: cell`, one
-  `decode_cell` job per dataset; never a per-method `decode` job.  The budget ablation's
-  fixed budgets are a job of their own, which the speedup table does not wait for.
-- `paper` (`decode_jobs: method`): one `decode` job per method, cached and rerun alone.
+  `decode_cell` job per dataset; never a per-method `decode` job.  The budget ablation is
+  a job of its own, which the speedup table does not wait for: its own AR, budget rules
+  and fixed budgets, into files of their own that its aggregate and figure alone read.
+- `paper` (`decode_jobs: method`): one `decode` job per method, cached and rerun alone,
+  and one ablation job per cell.
 - `model` or `cell` with `shards` > 1 is refused before any job, naming both keys and the fix.
 """
 
@@ -14,7 +16,7 @@ import re
 
 import pytest
 
-from tests.support.pipeline_support import copy_checkout, dry_run_with, planned, smk
+from tests.support.pipeline_support import copy_checkout, dag_jobs, dry_run, dry_run_with, planned, smk
 
 
 @pytest.fixture(scope="module")
@@ -23,10 +25,9 @@ def work(tmp_path_factory):
 
 
 def test_tiny_plans_one_decode_job_and_one_calibration_job(work, tmp_path):
-    plan = planned(work, "--", "figures/speedup_table.pdf")
+    plan, dry = dry_run(work, "--", "figures/speedup_table.pdf")
     assert plan.get("decode_model") == 1 and "decode_cell" not in plan and "decode" not in plan
     assert plan.get("calibrate_model") == 1 and "calibrate_latency" not in plan and "measure_hardware" not in plan
-    dry = smk(work, "-n", "--", "figures/speedup_table.pdf").stdout
     block = next(b for b in re.split(r"\n(?=rule )", dry) if b.startswith("rule decode_model:"))
     outputs = re.search(r"\n\s+output: (.*)", block).group(1).split(",")
     assert len(outputs) == 2 * 4  # both datasets x (ar, eagle3, dflash, bastion)
@@ -40,22 +41,33 @@ def test_tiny_plans_one_decode_job_and_one_calibration_job(work, tmp_path):
 
 
 def test_the_budget_ablation_is_a_job_of_its_own(work):
-    """The fixed budgets: one more job per (hardware, model, temperature), aggregated apart."""
-    dry = smk(work, "-n", "--", "figures/budget_ablation.pdf").stdout
-    plan = planned(work, "--", "figures/budget_ablation.pdf")
-    assert plan.get("decode_model") == 1 and plan.get("decode_model_ablation") == 1
-    assert plan.get("aggregate_results") == 1 and plan.get("aggregate_ablation") == 1
-    block = next(b for b in re.split(r"\n(?=(?:local)?rule )", dry) if b.startswith("rule decode_model_ablation:"))
-    inputs = re.search(r"\n\s+input: (.*)", block).group(1)
-    outputs = {"/".join(x.strip().split("/")[-3::2])  # dataset/method.jsonl
-               for x in re.search(r"\n\s+output: (.*)", block).group(1).split(",")}
-    assert outputs == {f"{d}/bastion-b{b}.jsonl" for d in ("humaneval-pkg", "stdlib-heldout") for b in (8, 16, 32)}
-    assert "ar.jsonl" not in inputs  # single-turn sets: the ablation never waits for (or reruns after) the main job
+    """One more job per (hardware, model, temperature): its own AR, budget rule and fixed
+    budgets, prompt by prompt in turn, aggregated and drawn from its files alone."""
+    found = dag_jobs(work, "figures/budget_ablation.pdf")
+    plan = {j["rule"]: j for j in found}
+    assert [j["rule"] for j in found].count("decode_model_ablation") == 1
+    assert "decode_model" not in plan and "aggregate_results" not in plan  # the main comparison is not needed
+    job = plan["decode_model_ablation"]
+    hw = job["output"][0].split("/")[1]
+    datasets = ("humaneval-pkg", "stdlib-heldout")
+    assert sorted(job["input"]) == sorted([*(f"results/datasets/{d}.jsonl" for d in datasets), "results/models/tiny.json",
+                                           f"results/{hw}/tiny/calibration.json"])  # no AR file of the main job
+    runs = [(d, m) for d in datasets for m in ("ar", "bastion", "bastion-b8", "bastion-b16", "bastion-b32")]
+    assert list(job["params"]["knobs"]) == [f"{d}/{m}" for d, m in runs]  # AR first, the order they advance in
+    files = [f"results/{hw}/tiny/{d}/t0/ablation/{m}.jsonl" for d, m in runs]
+    assert sorted(job["output"]) == sorted(files)
+    assert [k["output"] for k in job["params"]["knobs"].values()] == files
+    assert {(k["method"], k["budget"]) for k in job["params"]["knobs"].values()} == {
+        ("ar", None), ("bastion", None), ("bastion", 8), ("bastion", 16), ("bastion", 32)}
+    assert sorted(plan["aggregate_ablation"]["input"]) == sorted(files)
+    assert plan["plot_budget_ablation"]["input"] == [f"results/{hw}/aggregate/tiny/ablation/cells.csv"]
 
 
 def test_paper_keeps_one_job_per_method(work):
+    """3 models x 8 datasets x 2 temperatures: a job per method, and one ablation job per cell."""
     plan = planned(work, "--config", "experiment=paper", "hardware=h200")
-    assert plan.get("decode") == 3 * 8 * 2 * 10 and "decode_cell" not in plan
+    assert plan.get("decode") == 3 * 8 * 2 * 4 and "decode_cell" not in plan
+    assert plan.get("decode_cell_ablation") == 3 * 8 * 2
 
 
 def test_cell_and_shards_are_refused_before_any_job(work):
@@ -69,7 +81,7 @@ def test_cell_and_shards_are_refused_before_any_job(work):
 
 def test_a_multi_turn_cell_writes_all_methods_without_waiting_for_ar(work, tmp_path):
     """mt-bench in a cell: AR runs first inside the job, so the job reads no AR file; the
-    ablation's job of the cell reads AR's answers, its turn histories."""
+    ablation's job of the cell runs its own AR first too, whose answers are its histories."""
     overlay = tmp_path / "cell.yaml"
     overlay.write_text("experiments:\n  paper:\n    decode_jobs: cell\n")
     cell = "results/h200/qwen3-8b/mt-bench/t0"
@@ -82,14 +94,16 @@ def test_a_multi_turn_cell_writes_all_methods_without_waiting_for_ar(work, tmp_p
     assert "ar.jsonl" not in inputs and "results/h200/qwen3-8b/calibration.json" in inputs
     assert outputs == {f"{cell}/{m}.jsonl" for m in ("ar", "eagle3", "dflash", "bastion")}
     assert re.search(r"decode_cell\s+1\b", out) and not re.search(r"^\s*decode\s+\d", out, re.M)
-    res = smk(work, "-n", "--configfile", "config.yaml", str(overlay), "--config", "experiment=paper", "hardware=h200",
-              "--", f"{cell}/bastion-b64.jsonl", timeout=300)
-    out = res.stdout + res.stderr
-    block = next(b for b in re.split(r"\n(?=rule )", out) if b.startswith("rule decode_cell_ablation:"))
-    assert f"{cell}/ar.jsonl" in re.search(r"\n\s+input: (.*)", block).group(1)
-    outputs = {x.strip() for x in re.search(r"\n\s+output: (.*)", block).group(1).split(",")}
-    assert outputs == {f"{cell}/bastion-b{b}.jsonl" for b in (32, 64, 128, 256, 512, 1024)}
-    assert re.search(r"decode_cell\s+1\b", out) and re.search(r"decode_cell_ablation\s+1\b", out)
+    found = dag_jobs(work, f"{cell}/ablation/bastion-b64.jsonl", configfiles=("config.yaml", str(overlay)),
+                     config={"experiment": "paper", "hardware": "h200"})
+    assert "decode_cell" not in {j["rule"] for j in found}  # the ablation does not wait for the main job
+    job = next(j for j in found if j["rule"] == "decode_cell_ablation")
+    assert not any(x.endswith("ar.jsonl") for x in job["input"])
+    methods = ["ar", "bastion", *(f"bastion-b{b}" for b in (32, 64, 128, 256, 512, 1024))]
+    assert sorted(job["output"]) == sorted(f"{cell}/ablation/{m}.jsonl" for m in methods)
+    knobs = job["params"]["knobs"]
+    assert list(knobs) == methods and knobs["ar"]["history"] is None
+    assert {knobs[m]["history"] for m in methods[1:]} == {f"{cell}/ablation/ar.jsonl"}
 
 
 def test_n_min_auto_is_sized_for_the_device_the_plan_decodes_on(work, tmp_path):
@@ -120,9 +134,8 @@ def test_one_calibration_job_writes_every_temperature_class(work, tmp_path):
     overlay = tmp_path / "temps.yaml"
     overlay.write_text("experiments:\n  tiny:\n    temperatures: [0.0, 1.0]\n")
     args = ["--configfile", "config.yaml", str(overlay), "--config", "hardware=h200", "--", "figures/speedup_table.pdf"]
-    plan = planned(work, *args)
+    plan, dry = dry_run(work, *args)
     assert plan.get("calibrate_model") == 1 and plan.get("decode_model") == 2  # one decode job per temperature
-    dry = smk(work, "-n", *args).stdout
     block = next(b for b in re.split(r"\n(?=(?:local)?rule )", dry) if re.match(r"(local)?rule calibrate_model:", b))
     outputs = {x.strip() for x in re.search(r"\n\s+output: (.*)", block).group(1).split(",")}
     assert outputs == {f"results/h200/tiny/{name}.json" for name in (

@@ -1,9 +1,11 @@
 """The Snakemake pipeline, driven for real on the tiny experiment, offline on the CPU.
 
-The module copies the checkout (as a clean clone would have it) into a temporary folder
-and runs every command there with that copy first on PYTHONPATH, so edits made by the
-tests (a library source, the config) never touch the repository.  The clean run builds
-the whole DAG once; the rerun tests then ask Snakemake what it would do next.
+The session's clean run (``tiny_run``, tests/workflow/conftest.py) copies the checkout
+(as a clean clone would have it) into a temporary folder and runs every command there
+with that copy first on PYTHONPATH, so edits made by the tests (a library source, the
+config) never touch the repository.  The clean run builds the whole DAG once; the rerun
+tests then ask Snakemake what it would do next, and the tests that run jobs share their
+runs where one run can show several things.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import pytest
 from bastion.engines.choice import resolve_engine
 from tests.support.pipeline_support import (
     SNAKEMAKE,
-    copy_checkout,
     dry_run_with,
     env,
     hardware_key,
@@ -29,21 +30,14 @@ from tests.support.pipeline_support import (
     smk,
 )
 
-CLEAN_RUN: dict[str, float] = {}
-
 
 @pytest.fixture(scope="module")
-def work(tmp_path_factory):
-    work = tmp_path_factory.mktemp("pipeline")
-    copy_checkout(work)
-    t0 = time.monotonic()
-    smk(work, "--cores", "1", "figures/speedup_table.pdf", timeout=900)
-    CLEAN_RUN["seconds"] = time.monotonic() - t0
-    return work
+def work(tiny_run):
+    return tiny_run.work
 
 
-def test_clean_run_builds_the_table_offline(work):
-    assert CLEAN_RUN["seconds"] < 600, f"clean run took {CLEAN_RUN['seconds']:.0f} s"
+def test_clean_run_builds_the_table_offline(work, tiny_run):
+    assert tiny_run.seconds < 600, f"clean run took {tiny_run.seconds:.0f} s"
     rows = list(csv.DictReader(open(work / "figures/speedup_table.csv")))
     datasets = [r[next(iter(r))] for r in rows]
     assert datasets[-1] == "Average" and {"humaneval-pkg", "stdlib-heldout"} <= set(datasets)
@@ -73,14 +67,46 @@ def test_second_run_does_nothing(work):
     assert planned(work, "--", "figures/speedup_table.pdf") == {}
 
 
+def test_the_ablation_job_decodes_its_own_runs_and_leaves_the_main_job_alone(work, tmp_path):
+    """figures/budget_ablation.pdf from one job: its own AR, adaptive BASTION and a fixed
+    budget, prompt by prompt in turn; the main job's files stay as they are."""
+    hw = hardware_key(work)
+    overlay = tmp_path / "ablation.yaml"  # one budget, the CPU's tree size, keeps the job short
+    overlay.write_text("experiments:\n  tiny:\n    budget_ablation: [16]\n")
+    args = ["--configfile", "config.yaml", str(overlay), "--", "figures/budget_ablation.pdf"]
+    assert planned(work, *args) == {"decode_model_ablation": 1, "aggregate_ablation": 1, "plot_budget_ablation": 1}
+    results = work / "results" / hw / "tiny"
+    stamp = {p: p.stat().st_mtime_ns for p in results.glob("*/t0/*.jsonl")}
+    smk(work, "--cores", "1", *args)
+    assert {p: p.stat().st_mtime_ns for p in results.glob("*/t0/*.jsonl")} == stamp
+    for dataset in ("humaneval-pkg", "stdlib-heldout"):
+        main, own = results / dataset / "t0", results / dataset / "t0" / "ablation"
+        assert sorted(p.name for p in own.iterdir()) == ["ar.jsonl", "bastion-b16.jsonl", "bastion.jsonl"]
+        ar = _tokens(main / "ar.jsonl")
+        assert len(ar) == 8 and all(_tokens(own / f"{m}.jsonl") == ar for m in ("ar", "bastion", "bastion-b16"))
+        trees = [[r["tree_sizes"] for r in map(json.loads, open(folder / "bastion.jsonl"))] for folder in (main, own)]
+        assert trees[0] == trees[1]  # the same adaptive trees as the main job's
+        assert {s for r in map(json.loads, open(own / "bastion-b16.jsonl")) for s in r["tree_sizes"]} <= set(range(1, 17))
+    cells = list(csv.DictReader(open(work / f"results/{hw}/aggregate/tiny/ablation/cells.csv")))
+    assert sorted((c["dataset"], c["method"]) for c in cells) == sorted(
+        (d, m) for d in ("humaneval-pkg", "stdlib-heldout") for m in ("ar", "bastion", "bastion-b16"))
+    assert all(float(c["speedup"]) == 1.0 for c in cells if c["method"] == "ar")
+    assert all(float(c["speedup"]) > 0 for c in cells)
+    from pypdf import PdfReader
+
+    text = PdfReader(str(work / "figures/budget_ablation.pdf")).pages[0].extract_text()
+    assert "adaptive" in text and "DFlash" not in text  # its own runs only: no DFlash line from the main job
+    assert planned(work, *args) == {} and planned(work, "--", "figures/speedup_table.pdf") == {}
+
+
 def test_lint_and_paper_plan_without_network(work):
     lint = smk(work, "--lint", check=False)
     assert lint.returncode == 0 and "Lints for" not in lint.stdout + lint.stderr, lint.stdout + lint.stderr
     t0 = time.monotonic()
     plan = planned(work, "--config", "experiment=paper")
     assert time.monotonic() - t0 < 120
-    # 3 models x 8 datasets x 2 temperatures x (ar, eagle3, dflash, bastion + 6 budgets)
-    assert plan["decode"] == 3 * 8 * 2 * 10
+    # 3 models x 8 datasets x 2 temperatures x (ar, eagle3, dflash, bastion), and the ablation per cell
+    assert plan["decode"] == 3 * 8 * 2 * 4 and plan["decode_cell_ablation"] == 3 * 8 * 2
     # calibration per (model, temperature class): T = 0 and T > 0
     assert plan["prepare_dataset"] == 8 and plan["fetch_model"] == 3 and plan["calibrate_latency"] == 6
 
@@ -211,95 +237,99 @@ def test_killed_decode_job_resumes_each_method_without_loss_or_duplicates(work):
     assert not list(results.glob("*/t0/*.partial")) and done_before >= 2
 
 
-def test_sharded_cell_merges_to_the_same_records(work, tmp_path):
-    hw = hardware_key(work)
-    target = f"results/{hw}/tiny/humaneval-pkg/t0/bastion.jsonl"
-    before = [json.loads(l) for l in open(work / target)]
-    (work / target).unlink()
-    overlay = tmp_path / "method.yaml"  # shards split per-method jobs: a cell job is refused with shards > 1
-    overlay.write_text("experiments:\n  tiny:\n    decode_jobs: method\n")
-    smk(work, "--cores", "2", "--configfile", "config.yaml", str(overlay), "--config", "shards=2", "--", target)
-    shards = [[json.loads(l)["prompt_index"] for l in open(work / f"results/{hw}/tiny/humaneval-pkg/t0/shards/bastion.{i}.jsonl")]
-              for i in range(2)]
-    n = len({r["prompt_index"] for r in before})
-    assert n >= 4 and shards == [list(range(0, n, 2)), list(range(1, n, 2))]  # each prompt in exactly one shard
-    after = [json.loads(l) for l in open(work / target)]
-    assert [(r["prompt_index"], r["output_ids"]) for r in after] == [(r["prompt_index"], r["output_ids"]) for r in before]
-
-
-def test_hardware_switch_reruns_only_the_new_key(work):
-    old = hardware_key(work)
-    keys = 'hardware_keys={"alt-cpu": {"device_pattern": "."}}'
-    stamp = {p: p.stat().st_mtime_ns for p in (work / "results").rglob("*") if p.is_file()}
-    plan = planned(work, "--config", "hardware=alt-cpu", keys, "--", "figures/speedup_table.pdf")
-    assert plan.get("calibrate_model") == 1 and plan.get("decode_model") == 1
-    assert plan.get("aggregate_results") == 1 and plan.get("make_speedup_table") == 1
-    assert "prepare_dataset" not in plan and "fetch_model" not in plan
-    smk(work, "--cores", "2", "--config", "hardware=alt-cpu", keys, "--", "figures/speedup_table.pdf")
-    for path, mtime in stamp.items():  # datasets and the old key's results are untouched
-        assert path.stat().st_mtime_ns == mtime, path
-    assert (work / "results" / "alt-cpu" / "aggregate" / "tiny" / "cells.csv").exists()
-    assert (work / "results" / old / "aggregate" / "tiny" / "cells.csv").exists()
-    # with two keys, the comparison figure joins the default targets
-    plan = planned(work, "--config", "hardware=alt-cpu", keys)
-    assert plan.get("plot_hardware_comparison") == 1
-
-
 def test_report(work, tmp_path):
     out = tmp_path / "report.zip"
     smk(work, "--report", str(out), "figures/speedup_table.pdf")
     assert out.stat().st_size > 10_000
 
 
-def test_job_worker_runs_calibration_then_decoding_in_one_process_to_the_same_tokens(work):
-    """``job_worker: true`` (on a GPU, ``auto`` means so): the calibration and decode jobs
-    run one after another in one warm worker process, with the same outputs."""
-    hw = hardware_key(work)
-    cells = sorted((work / "results" / hw / "tiny").glob("*/t0/*.jsonl"))
-    before = {c.name + c.parent.parent.name: _tokens(c) for c in cells}
+def test_hardware_switch_reruns_only_the_new_key_in_one_warm_worker(work):
+    """A new hardware key calibrates and decodes for itself alone, to the same tokens.
+
+    It runs with ``job_worker: true`` (on a GPU, ``auto`` means so): the calibration and
+    decode jobs run one after another in one warm worker process, which a later
+    invocation finds again.
+    """
+    old = hardware_key(work)
+    keys = 'hardware_keys={"alt-cpu": {"device_pattern": "."}}'
+    before = _cells(work / "results" / old / "tiny")
     assert len(before) == 8
-    smk(work, "--cores", "1", "--config", "job_worker=true", "--forcerun", "calibrate_model", "--",
-        "figures/speedup_table.pdf", extra_env={"BASTION_WORKER_IDLE_S": "20"})
-    assert {c.name + c.parent.parent.name: _tokens(c) for c in cells} == before
-    lines = [re.search(r"\[job-worker\] ran in worker pid (\d+) as its job (\d+)", (work / "logs" / rule / hw / log).read_text())
+    stamp = {p: p.stat().st_mtime_ns for p in (work / "results").rglob("*") if p.is_file()}
+    plan = planned(work, "--config", "hardware=alt-cpu", keys, "--", "figures/speedup_table.pdf")
+    assert plan.get("calibrate_model") == 1 and plan.get("decode_model") == 1
+    assert plan.get("aggregate_results") == 1 and plan.get("make_speedup_table") == 1
+    assert "prepare_dataset" not in plan and "fetch_model" not in plan
+    in_worker = ["--config", "hardware=alt-cpu", keys, "job_worker=true"]
+    idle = {"BASTION_WORKER_IDLE_S": "20"}
+    smk(work, "--cores", "2", *in_worker, "--", "figures/speedup_table.pdf", extra_env=idle)
+    assert _cells(work / "results" / "alt-cpu" / "tiny") == before
+    logs = work / "logs"
+    lines = [re.search(r"\[job-worker\] ran in worker pid (\d+) as its job (\d+)", (logs / rule / "alt-cpu" / log).read_text())
              for rule, log in (("calibrate_model", "tiny.log"), ("decode_model", "tiny/t0.log"))]
     assert all(lines), "a job did not run in the worker"
     (pid_c, job_c), (pid_d, job_d) = (m.groups() for m in lines)
     assert pid_c == pid_d and (job_c, job_d) == ("1", "2")
     # a later invocation finds the same worker (Snakemake's per-invocation source cache is not in its key)
-    smk(work, "--cores", "1", "--config", "job_worker=true", "--forcerun", "decode_model", "--",
-        "figures/speedup_table.pdf", extra_env={"BASTION_WORKER_IDLE_S": "20"})
+    smk(work, "--cores", "1", *in_worker, "--forcerun", "decode_model", "--", "figures/speedup_table.pdf", extra_env=idle)
     again = re.search(r"\[job-worker\] ran in worker pid (\d+) as its job (\d+)",
-                      (work / "logs" / "decode_model" / hw / "tiny/t0.log").read_text())
+                      (logs / "decode_model" / "alt-cpu" / "tiny/t0.log").read_text())
     assert again and again.groups() == (pid_c, "3")
-    assert {c.name + c.parent.parent.name: _tokens(c) for c in cells} == before
-    assert planned(work, "--", "figures/speedup_table.pdf") == {}
+    assert _cells(work / "results" / "alt-cpu" / "tiny") == before
+    for path, mtime in stamp.items():  # datasets and the old key's results are untouched
+        assert path.stat().st_mtime_ns == mtime, path
+    assert (work / "results" / "alt-cpu" / "aggregate" / "tiny" / "cells.csv").exists()
+    assert (work / "results" / old / "aggregate" / "tiny" / "cells.csv").exists()
+    assert planned(work, "--config", "hardware=alt-cpu", keys, "--", "figures/speedup_table.pdf") == {}
+    # with two keys, the comparison figure joins the default targets
+    plan = planned(work, "--config", "hardware=alt-cpu", keys)
+    assert plan.get("plot_hardware_comparison") == 1
+
+
+def _cells(results):
+    """dataset/method -> its tokens by (prompt, turn), for every main-comparison file under ``results``."""
+    return {f"{c.parent.parent.name}/{c.name}": _tokens(c) for c in sorted(results.glob("*/t0/*.jsonl"))}
 
 
 def _tokens(path):
     return {(r["prompt_index"], r["turn"]): r["output_ids"] for r in map(json.loads, open(path))}
 
 
-def test_engine_switch_recalibrates_and_decodes_the_same_tokens(work, tmp_path):
-    """The engine is part of the fingerprint (own calibration) and keeps T = 0 outputs.
+def test_engine_switch_recalibrates_and_sharded_jobs_merge_to_the_same_records(work, tmp_path):
+    """The engine is part of the fingerprint (own calibration) and keeps T = 0 outputs; its
+    decoding here is split into two shards, which merge to the records of the unsplit job.
 
     The default ``auto`` resolves to one engine on this CPU; switching to the other one
-    recalibrates and redecodes (one method's job, to stay short: tests/runs/test_session.py
-    decodes cells on both engines).  Last in the module: it replaces one cell's results.
+    recalibrates and redecodes (one method's file, in per-method jobs: shards split those,
+    and a cell job is refused with shards > 1; then another file in an unsplit job;
+    tests/runs/test_session.py decodes cells on both engines).  Last in the module: it
+    replaces two files' results and the calibration.
     """
     other = "eager" if resolve_engine("auto", "cpu") != "eager" else "static"
     hw = hardware_key(work)
-    cell = work / "results" / hw / "tiny" / "stdlib-heldout" / "t0" / "bastion.jsonl"
-    before = {(r["prompt_index"], r["turn"]): r["output_ids"] for r in map(json.loads, open(cell))}
-    target = str(cell.relative_to(work))
+    target = f"results/{hw}/tiny/humaneval-pkg/t0/bastion.jsonl"
+    before = [json.loads(line) for line in open(work / target)]
+    (work / target).unlink()
     overlay = tmp_path / "method.yaml"
     overlay.write_text("experiments:\n  tiny:\n    decode_jobs: method\n")
-    switch = ["--configfile", "config.yaml", str(overlay), "--config", f"engine={other}", "--", target]
+    switch = ["--configfile", "config.yaml", str(overlay), "--config", f"engine={other}", "shards=2", "--", target]
     plan = planned(work, *switch)
-    assert plan.get("calibrate_model") == 1 and plan.get("decode") == 1
-    smk(work, "--cores", "1", *switch)
-    records = [json.loads(line) for line in open(cell)]
-    assert {(r["prompt_index"], r["turn"]): r["output_ids"] for r in records} == before
+    assert plan == {"calibrate_model": 1, "decode_shard": 2, "merge_shards": 1}
+    smk(work, "--cores", "2", *switch)
+    shards = [[json.loads(l)["prompt_index"] for l in open(work / f"results/{hw}/tiny/humaneval-pkg/t0/shards/bastion.{i}.jsonl")]
+              for i in range(2)]
+    n = len({r["prompt_index"] for r in before})
+    assert n >= 4 and shards == [list(range(0, n, 2)), list(range(1, n, 2))]  # each prompt in exactly one shard
+    records = [json.loads(line) for line in open(work / target)]
+    assert [(r["prompt_index"], r["output_ids"]) for r in records] == [(r["prompt_index"], r["output_ids"]) for r in before]
+    assert {(r["prompt_index"], r["turn"]): r["output_ids"] for r in records} == {
+        (r["prompt_index"], r["turn"]): r["output_ids"] for r in before}
     assert {r["fingerprint"]["engine"] for r in records} == {other}
+    # unsplit, one method's job decodes with the new calibration too (AR's file: the shortest)
+    ar = f"results/{hw}/tiny/stdlib-heldout/t0/ar.jsonl"
+    before = _tokens(work / ar)
+    unsplit = ["--configfile", "config.yaml", str(overlay), "--config", f"engine={other}", "--", ar]
+    assert planned(work, *unsplit) == {"decode": 1}
+    smk(work, "--cores", "1", *unsplit)
+    assert _tokens(work / ar) == before and {json.loads(line)["fingerprint"]["engine"] for line in open(work / ar)} == {other}
     res = smk(work, "-n", "--config", "engine=turbo", "--", target, check=False)
     assert res.returncode != 0 and "turbo" in res.stdout + res.stderr

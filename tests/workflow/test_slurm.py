@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.pipeline_support import copy_checkout, env, hardware_key, smk
+from tests.support.pipeline_support import copy_checkout, env, hardware_key
 from tests.support.slurm_cluster import slurm_fixture
 
 pytestmark = pytest.mark.slurm
@@ -45,8 +45,8 @@ def _partition_args(cluster) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def runs(slurm, tmp_path_factory):
-    """One SLURM run and one local run of the same experiment."""
+def runs(slurm, tmp_path_factory, tiny_run):
+    """One SLURM run, and the session's local run of the same experiment (as it left it)."""
     remote = copy_checkout(tmp_path_factory.mktemp("slurm-run"))
     t0 = time.monotonic()
     rc, out = slurm_smk(remote, *_partition_args(slurm), "--", "figures/speedup_table.pdf")
@@ -54,11 +54,7 @@ def runs(slurm, tmp_path_factory):
     assert rc not in (124, 137), f"snakemake hung:\n{out[-6000:]}"
     assert rc == 0, out[-8000:]
     print(f"tiny experiment through SLURM: {seconds:.0f} s")
-    local = copy_checkout(tmp_path_factory.mktemp("local-run"))
-    hw = hardware_key(remote)
-    decoded = sorted(str(p.relative_to(remote)) for p in (remote / "results" / hw).rglob("*.jsonl"))
-    smk(local, "--cores", "2", *decoded)
-    return remote, local, out
+    return remote, tiny_run.pristine, out
 
 
 def test_jobs_went_through_slurm_with_gpu_allocations(runs):
@@ -97,11 +93,12 @@ def test_outputs_equal_a_local_run(runs):
         assert ours == theirs, rel
 
 
-def _decode_job_id(rule: str = "decode_model") -> str | None:
-    res = subprocess.run(["squeue", "-h", "-o", "%i|%k|%T"], capture_output=True, text=True, timeout=15)
+def _decode_job_id(workdir: Path, rule: str = "decode_model") -> str | None:
+    """The running job of ``rule`` submitted from ``workdir``: never a job of another run on the same cluster."""
+    res = subprocess.run(["squeue", "-h", "-o", "%i|%k|%T|%Z"], capture_output=True, text=True, timeout=15)
     for line in res.stdout.splitlines():
-        jobid, comment, state = (line.split("|") + ["", "", ""])[:3]
-        if f"rule_{rule}" in comment and state == "RUNNING":
+        jobid, comment, state, folder = (line.split("|") + ["", "", "", ""])[:4]
+        if f"rule_{rule}" in comment and state == "RUNNING" and Path(folder).resolve() == workdir.resolve():
             return jobid
     return None
 
@@ -119,7 +116,7 @@ def test_scancelled_decode_job_finishes_on_the_next_invocation(runs, slurm):
     jobid = None
     deadline = time.monotonic() + 420  # the job decodes ar, eagle3 and dflash of humaneval-pkg before bastion
     while time.monotonic() < deadline:
-        jobid = jobid or _decode_job_id()
+        jobid = jobid or _decode_job_id(remote)
         if jobid and partial.exists() and len({json.loads(l)["prompt_index"] for l in partial.read_text().splitlines()}) >= 2:
             break
         time.sleep(0.1)

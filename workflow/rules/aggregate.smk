@@ -1,6 +1,7 @@
 # Aggregation: per-prompt, per-step and per-cell tables of one hardware key's results: the
-# main comparison, and apart from it the budget ablation's fixed budgets (with AR's outputs,
-# their speedup baseline), so that the paper's tables never wait for the ablation.
+# main comparison, and apart from it the budget ablation job's own files (its AR, the
+# speedup baseline, its budget rules and fixed budgets), so that the paper's tables never
+# wait for the ablation and the ablation's speedups never mix two processes.
 
 
 rule aggregate_results:
@@ -18,32 +19,32 @@ rule aggregate_results:
             category="Tables",
         ),
         steps="results/{hardware}/aggregate/{experiment}/steps.csv",
-    params:
-        code=CODE_REPORT,
     log:
         "logs/aggregate_results/{hardware}/{experiment}.log",
     benchmark:
         "logs/benchmarks/aggregate_results/{hardware}/{experiment}.tsv"
     conda:
         "../../envs/bastion.yaml"
+    params:
+        code=CODE_REPORT,
     script:
         "../scripts/aggregate_results.py"
 
 
 rule aggregate_ablation:
     input:
-        ablation_aggregate_inputs,
+        get_ablation_aggregate_inputs,
     output:
         per_prompt="results/{hardware}/aggregate/{experiment}/ablation/per_prompt.csv",
         cells="results/{hardware}/aggregate/{experiment}/ablation/cells.csv",
         steps="results/{hardware}/aggregate/{experiment}/ablation/steps.csv",
-    params:
-        code=CODE_REPORT,
     log:
         "logs/aggregate_ablation/{hardware}/{experiment}.log",
     benchmark:
         "logs/benchmarks/aggregate_ablation/{hardware}/{experiment}.tsv"
     conda:
         "../../envs/bastion.yaml"
+    params:
+        code=CODE_REPORT,
     script:
         "../scripts/aggregate_results.py"

@@ -13,15 +13,33 @@ if CALIBRATION_JOBS == "one":
         output:
             hardware="results/{hardware}/{model}/hardware.json",
             latency=[
-                report(path, caption="../report/latency_grid.rst", category="Calibration")
-                for path in expand("results/{{hardware}}/{{model}}/latency_grid{tclass}.json", tclass=TCLASSES)
+                report(
+                    path, caption="../report/latency_grid.rst", category="Calibration"
+                )
+                for path in expand(
+                    "results/{{hardware}}/{{model}}/latency_grid{tclass}.json",
+                    tclass=TCLASSES,
+                )
             ],
-            calibration=expand("results/{{hardware}}/{{model}}/calibration{tclass}.json", tclass=TCLASSES),
+            calibration=expand(
+                "results/{{hardware}}/{{model}}/calibration{tclass}.json",
+                tclass=TCLASSES,
+            ),
+        log:
+            "logs/calibrate_model/{hardware}/{model}.log",
+        benchmark:
+            "logs/benchmarks/calibrate_model/{hardware}/{model}.tsv"
+        conda:
+            "../../envs/bastion.yaml"
+        resources:
+            **gpu_resources(),
         params:
             pattern=HW_PATTERN,
             grid=EXP.get("calibration_grid", "paper"),
             max_new_tokens=EXP["max_new_tokens"],
-            temperatures=[SAMPLED_CALIBRATION_T if tclass else 0.0 for tclass in TCLASSES],
+            temperatures=[
+                SAMPLED_CALIBRATION_T if tclass else 0.0 for tclass in TCLASSES
+            ],
             accept_error=config.get("accept_calibration_error", False),
             device=EXP.get("device", "auto"),
             dtype=EXP.get("dtype", "auto"),
@@ -32,14 +50,6 @@ if CALIBRATION_JOBS == "one":
             seed=config["seed"],
             software=SOFTWARE,
             code=CODE_DECODE,
-        resources:
-            **gpu_resources(),
-        log:
-            "logs/calibrate_model/{hardware}/{model}.log",
-        benchmark:
-            "logs/benchmarks/calibrate_model/{hardware}/{model}.tsv"
-        conda:
-            "../../envs/bastion.yaml"
         script:
             "../scripts/calibrate_model.py"
 
@@ -50,6 +60,14 @@ else:
             model="results/models/{model}.json",
         output:
             "results/{hardware}/{model}/hardware.json",
+        log:
+            "logs/measure_hardware/{hardware}/{model}.log",
+        benchmark:
+            "logs/benchmarks/measure_hardware/{hardware}/{model}.tsv"
+        conda:
+            "../../envs/bastion.yaml"
+        resources:
+            **gpu_resources(),
         params:
             pattern=HW_PATTERN,
             device=EXP.get("device", "auto"),
@@ -58,17 +76,8 @@ else:
             engine=config["engine"],
             software=SOFTWARE,
             code=CODE_DECODE,
-        resources:
-            **gpu_resources(),
-        log:
-            "logs/measure_hardware/{hardware}/{model}.log",
-        benchmark:
-            "logs/benchmarks/measure_hardware/{hardware}/{model}.tsv"
-        conda:
-            "../../envs/bastion.yaml"
         script:
             "../scripts/measure_hardware.py"
-
 
     rule calibrate_latency:
         input:
@@ -82,10 +91,20 @@ else:
                 caption="../report/latency_grid.rst",
                 category="Calibration",
             ),
+        log:
+            "logs/calibrate_latency/{hardware}/{model}{tclass}.log",
+        benchmark:
+            "logs/benchmarks/calibrate_latency/{hardware}/{model}{tclass}.tsv"
+        conda:
+            "../../envs/bastion.yaml"
+        resources:
+            **gpu_resources(),
         params:
             grid=EXP.get("calibration_grid", "paper"),
             max_new_tokens=EXP["max_new_tokens"],
-            temperature=lambda wildcards: SAMPLED_CALIBRATION_T if wildcards.tclass else 0.0,
+            temperature=lambda wildcards: (
+                SAMPLED_CALIBRATION_T if wildcards.tclass else 0.0
+            ),
             accept_error=config.get("accept_calibration_error", False),
             device=EXP.get("device", "auto"),
             dtype=EXP.get("dtype", "auto"),
@@ -93,17 +112,8 @@ else:
             engine=config["engine"],
             software=SOFTWARE,
             code=CODE_DECODE,
-        resources:
-            **gpu_resources(),
-        log:
-            "logs/calibrate_latency/{hardware}/{model}{tclass}.log",
-        benchmark:
-            "logs/benchmarks/calibrate_latency/{hardware}/{model}{tclass}.tsv"
-        conda:
-            "../../envs/bastion.yaml"
         script:
             "../scripts/calibrate_latency.py"
-
 
     rule profile_constants:
         input:
@@ -111,6 +121,14 @@ else:
             latency="results/{hardware}/{model}/latency_grid{tclass}.json",
         output:
             "results/{hardware}/{model}/calibration{tclass}.json",
+        log:
+            "logs/profile_constants/{hardware}/{model}{tclass}.log",
+        benchmark:
+            "logs/benchmarks/profile_constants/{hardware}/{model}{tclass}.tsv"
+        conda:
+            "../../envs/bastion.yaml"
+        resources:
+            **gpu_resources(),
         params:
             device=EXP.get("device", "auto"),
             dtype=EXP.get("dtype", "auto"),
@@ -121,13 +139,5 @@ else:
             seed=config["seed"],
             software=SOFTWARE,
             code=CODE_DECODE,
-        resources:
-            **gpu_resources(),
-        log:
-            "logs/profile_constants/{hardware}/{model}{tclass}.log",
-        benchmark:
-            "logs/benchmarks/profile_constants/{hardware}/{model}{tclass}.tsv"
-        conda:
-            "../../envs/bastion.yaml"
         script:
             "../scripts/profile_constants.py"

@@ -18,14 +18,27 @@ from snakemake.utils import validate
 
 import bastion.data.registry as bds
 from bastion.calibration import fingerprint, planning
-from bastion.defaults import ABLATION_PREFIX, BASELINE, MULTI_TURN_DATASETS, N_MAX, N_MIN, TOPK, ablation_method, temperature_dir
+from bastion.defaults import (
+    ABLATION_PREFIX,
+    BASELINE,
+    MULTI_TURN_DATASETS,
+    N_MAX,
+    N_MIN,
+    TOPK,
+    ablation_method,
+    temperature_dir,
+)
 from bastion.defaults import resolve_n_min
 from bastion.defaults import EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS
 from bastion.defaults import METHODS as ALL_METHODS
 
 REPO = Path(workflow.basedir).resolve()
 # Jobs (local, conda or cluster) import the libraries from this checkout.
-os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p))
+os.environ.update(
+    PYTHONPATH=os.pathsep.join(
+        p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
+    )
+)
 
 
 class ConfigError(ValueError):
@@ -45,7 +58,9 @@ def _schema_problem():
     import yaml
 
     schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
+    error = jsonschema.exceptions.best_match(
+        jsonschema.Draft202012Validator(schema).iter_errors(config)
+    )
     if error is None:
         return None
     path = list(error.absolute_path)
@@ -109,17 +124,28 @@ def _check_values(exp, where):
     regular expression, and a hardware key that no job could run under."""
     bad = [t for t in exp["temperatures"] if not math.isfinite(t)]
     if bad:
-        raise ConfigError(f"config key `{where}.temperatures`: {bad[0]} is not a finite temperature; use numbers >= 0")
+        raise ConfigError(
+            f"config key `{where}.temperatures`: {bad[0]} is not a finite temperature; use numbers >= 0"
+        )
     keys = config.get("hardware_keys", {})
     for key, spec in keys.items():
         try:
             re.compile(spec["device_pattern"])
         except re.error as exc:
-            raise ConfigError(f"config key `hardware_keys.{key}.device_pattern`: {spec['device_pattern']!r} is not a "
-                              f"regular expression ({exc}); give a pattern of the device's name, e.g. H200") from None
+            raise ConfigError(
+                f"config key `hardware_keys.{key}.device_pattern`: {spec['device_pattern']!r} is not a "
+                f"regular expression ({exc}); give a pattern of the device's name, e.g. H200"
+            ) from None
     hw = config["hardware"]
-    detectable = re.fullmatch(r"(cpu|nvidia|tesla|quadro|geforce|amd|radeon)[a-z0-9-]*", hw)
-    if hw != "auto" and hw not in keys and not detectable and not Path("results", hw).is_dir():
+    detectable = re.fullmatch(
+        r"(cpu|nvidia|tesla|quadro|geforce|amd|radeon)[a-z0-9-]*", hw
+    )
+    if (
+        hw != "auto"
+        and hw not in keys
+        and not detectable
+        and not Path("results", hw).is_dir()
+    ):
         raise ConfigError(
             f"config key `hardware`: {hw!r} is neither under `hardware_keys` nor a detected device's key (those look "
             f"like nvidia-h200 or cpu-amd-epyc), so no job could run under it; map it under hardware_keys "
@@ -137,10 +163,14 @@ def _check_model_folders(exp):
                 continue  # a registry key or a repo id: the fetch_model job resolves it
             try:
                 if not Path(ref).expanduser().is_dir():
-                    raise folders.FolderError("no such folder", "give the folder that holds the model")
+                    raise folders.FolderError(
+                        "no such folder", "give the folder that holds the model"
+                    )
                 folders.check_folder(Path(ref).expanduser(), role)
             except folders.FolderError as exc:
-                raise ConfigError(f"config key `models.{name}.{role}`: {ref}: {exc}; {exc.fix}") from None
+                raise ConfigError(
+                    f"config key `models.{name}.{role}`: {ref}: {exc}; {exc.fix}"
+                ) from None
 
 
 try:
@@ -152,6 +182,8 @@ EXPERIMENT = config["experiment"]
 # per (hardware, model, dataset, temperature) that decodes all its methods in one process;
 # `model`: one per (hardware, model, temperature), every dataset and method in one process
 DECODE_JOBS = EXP.get("decode_jobs", "method")
+# per-method decode jobs split into this many shards each (`decode_jobs: method` only)
+SHARDS = int(config["shards"])
 # `chain`: measure_hardware, calibrate_latency and profile_constants as three jobs;
 # `one`: calibrate_model runs them in one process (small models, where start-up dominates)
 CALIBRATION_JOBS = EXP.get("calibration_jobs", "chain")
@@ -200,9 +232,15 @@ def _decodes_on_gpu():
 # the tree's minimum and bucket width, with `auto` sized for the device
 N_MIN_EXP = resolve_n_min(EXP.get("n_min", N_MIN), _decodes_on_gpu())
 if N_MIN_EXP > EXP.get("n_max", N_MAX):
-    _auto = f" (`auto` on a {'GPU' if _decodes_on_gpu() else 'CPU'})" if EXP.get("n_min") == "auto" else ""
-    _stop(f"config keys `experiments.{EXPERIMENT}.n_min`/`n_max`: n_min {N_MIN_EXP}{_auto} > n_max {EXP['n_max']}; "
-          "raise n_max or lower n_min")
+    _auto = (
+        f" (`auto` on a {'GPU' if _decodes_on_gpu() else 'CPU'})"
+        if EXP.get("n_min") == "auto"
+        else ""
+    )
+    _stop(
+        f"config keys `experiments.{EXPERIMENT}.n_min`/`n_max`: n_min {N_MIN_EXP}{_auto} > n_max {EXP['n_max']}; "
+        "raise n_max or lower n_min"
+    )
 
 
 def _software_fingerprint():
@@ -210,9 +248,17 @@ def _software_fingerprint():
     fp = None
     if TORCH_BUILD is not None and (CPU_ONLY or EXP.get("device", "auto") == "cpu"):
         # the CPU's fingerprint needs only torch's version string
-        fp = planning.cpu_fingerprint(TORCH_BUILD, EXP.get("dtype", "auto"), config["attn_impl"], config["engine"])
+        fp = planning.cpu_fingerprint(
+            TORCH_BUILD, EXP.get("dtype", "auto"), config["attn_impl"], config["engine"]
+        )
     elif GPU_NAME:
-        fp = planning.gpu_fingerprint(TORCH_BUILD, GPU_NAME, EXP.get("dtype", "auto"), config["attn_impl"], config["engine"])
+        fp = planning.gpu_fingerprint(
+            TORCH_BUILD,
+            GPU_NAME,
+            EXP.get("dtype", "auto"),
+            config["attn_impl"],
+            config["engine"],
+        )
     fp = fp or _torch_fingerprint()
     return ";".join(f"{k}={fp[k]}" for k in fingerprint.COMPARED)
 
@@ -225,9 +271,13 @@ def _torch_fingerprint():
 
     want_cuda = EXP.get("device", "auto") != "cpu" and torch.cuda.is_available()
     device = torch.device("cuda" if want_cuda else "cpu")
-    dtype = {"auto": torch.bfloat16 if want_cuda else torch.float32}.get(EXP.get("dtype", "auto"))
+    dtype = {"auto": torch.bfloat16 if want_cuda else torch.float32}.get(
+        EXP.get("dtype", "auto")
+    )
     dtype = dtype or getattr(torch, EXP["dtype"])
-    return fingerprint.collect(device, dtype, config["attn_impl"], resolve_engine(config["engine"], device))
+    return fingerprint.collect(
+        device, dtype, config["attn_impl"], resolve_engine(config["engine"], device)
+    )
 
 
 SOFTWARE = _software_fingerprint()
@@ -246,7 +296,11 @@ def code_hash(folders, exclude=()):
     for folder in folders:
         root = REPO / folder
         for path in sorted(root.rglob("*") if root.is_dir() else [root]):
-            if not path.is_file() or "__pycache__" in path.parts or any(path.is_relative_to(e) for e in skip):
+            if (
+                not path.is_file()
+                or "__pycache__" in path.parts
+                or any(path.is_relative_to(e) for e in skip)
+            ):
                 continue
             h.update(path.relative_to(REPO).as_posix().encode())
             h.update(path.read_bytes())
@@ -258,8 +312,12 @@ def code_hash(folders, exclude=()):
 # calibration and decode jobs everything else (a new subpackage lands there by default).
 SHARED = ["bastion/__init__.py", "bastion/defaults.py"]
 CODE_DATA = code_hash(["bastion/data", *SHARED])
-CODE_REPORT = code_hash(["bastion/report", "bastion/results", "bastion/pipeline", *SHARED])
-CODE_DECODE = code_hash(["bastion", "dflash"], exclude=["bastion/data", "bastion/report"])
+CODE_REPORT = code_hash(
+    ["bastion/report", "bastion/results", "bastion/pipeline", *SHARED]
+)
+CODE_DECODE = code_hash(
+    ["bastion", "dflash"], exclude=["bastion/data", "bastion/report"]
+)
 
 
 TEMPS = [temperature_dir(t) for t in EXP["temperatures"]]
@@ -271,6 +329,14 @@ ABLATION = list(EXP.get("budget_ablation", []))
 MAIN_METHODS = [BASELINE] + [m for m in EXP["methods"] if m != BASELINE]
 ABLATION_METHODS = [ablation_method(b) for b in ABLATION]
 METHODS = MAIN_METHODS + ABLATION_METHODS
+# The budget rules among the experiment's methods: every method named bastion* sizes its
+# trees by a rule (the fixed budgets are bastion-b<N>, which are no experiment method).
+ADAPTIVE_METHODS = [m for m in MAIN_METHODS if m.startswith("bastion")]
+# The ablation job's own runs: AR (the speedup baseline, and the history of multi-turn
+# sets), the budget rules and the fixed budgets, decoded in turn prompt by prompt in one
+# process into files of their own, so that a drift of the machine's speed touches every
+# point of figures/budget_ablation.pdf alike.
+ABLATION_RUNS = [BASELINE, *ADAPTIVE_METHODS, *ABLATION_METHODS] if ABLATION else []
 
 
 wildcard_constraints:
@@ -288,10 +354,17 @@ def decode_output(hardware, model, dataset, temperature, method):
     return f"results/{hardware}/{model}/{dataset}/t{temperature}/{method}.jsonl"
 
 
-def all_decode_outputs(hardware=HW, methods=None):
+def ablation_output(hardware, model, dataset, temperature, method):
+    """A run of the budget ablation's job: its own folder beside the main comparison's files."""
+    return (
+        f"results/{hardware}/{model}/{dataset}/t{temperature}/ablation/{method}.jsonl"
+    )
+
+
+def all_decode_outputs(hardware=HW, methods=None, files=decode_output):
     """Every decode output of ``methods`` (default: the main comparison) on ``hardware``."""
     return [
-        decode_output(hardware, m, d, t, meth)
+        files(hardware, m, d, t, meth)
         for m in MODELS
         for d in DATASETS
         for t in TEMPS
@@ -299,9 +372,9 @@ def all_decode_outputs(hardware=HW, methods=None):
     ]
 
 
-def ablation_aggregate_inputs(wildcards):
-    """The ablation's fixed-budget outputs, with AR's (the speedup baseline) beside them."""
-    return all_decode_outputs(wildcards.hardware, [BASELINE, *ABLATION_METHODS])
+def get_ablation_aggregate_inputs(wildcards):
+    """The ablation job's files only: its AR, budget rules and fixed budgets, decoded together."""
+    return all_decode_outputs(wildcards.hardware, ABLATION_RUNS, ablation_output)
 
 
 def aggregate_dir(hardware=HW):
@@ -332,7 +405,7 @@ def get_final_targets():
     return targets
 
 
-def model_spec(wildcards):
+def get_model_spec(wildcards):
     return config["models"][wildcards.model]
 
 
@@ -358,7 +431,7 @@ def calibration_class(temperature):
 TCLASSES = sorted({calibration_class(t) for t in EXP["temperatures"]})
 
 
-def pair_inputs(wildcards):
+def get_pair_inputs(wildcards):
     return {
         "model": f"results/models/{wildcards.model}.json",
         # every decode job waits for its pair's calibration (of its temperature class), which also checked the device
@@ -366,21 +439,32 @@ def pair_inputs(wildcards):
     }
 
 
-def cell_inputs(wildcards):
-    return {"data": f"results/datasets/{wildcards.dataset}.jsonl", **pair_inputs(wildcards)}
+def get_cell_inputs(wildcards):
+    return {
+        "data": f"results/datasets/{wildcards.dataset}.jsonl",
+        **get_pair_inputs(wildcards),
+    }
 
 
-def model_inputs(wildcards):
+def get_model_inputs(wildcards):
     """A `decode_model` job's inputs: every dataset of the experiment, the model and its calibration."""
-    return {"data": [f"results/datasets/{d}.jsonl" for d in DATASETS], **pair_inputs(wildcards)}
+    return {
+        "data": [f"results/datasets/{d}.jsonl" for d in DATASETS],
+        **get_pair_inputs(wildcards),
+    }
 
 
-def decode_inputs(wildcards):
-    inputs = cell_inputs(wildcards)
+def get_decode_inputs(wildcards):
+    inputs = get_cell_inputs(wildcards)
     if wildcards.dataset in MULTI_TURN_DATASETS and wildcards.method != BASELINE:
         # one history for all methods: turn k of every method carries AR's answers to turns 1..k-1
-        inputs["history"] = decode_output(wildcards.hardware, wildcards.model, wildcards.dataset,
-                                          wildcards.temperature, BASELINE)
+        inputs["history"] = decode_output(
+            wildcards.hardware,
+            wildcards.model,
+            wildcards.dataset,
+            wildcards.temperature,
+            BASELINE,
+        )
     return inputs
 
 
@@ -413,12 +497,17 @@ def method_knobs(dataset, temperature, method):
     return knobs
 
 
-def decode_params(wildcards):
+def get_decode_params(wildcards):
     return method_knobs(wildcards.dataset, wildcards.temperature, wildcards.method)
 
 
-def cell_runs(hardware, model, dataset, temperature, methods):
-    """Method -> its knobs, dataset, data, output and history file (AR's output, on multi-turn sets), in order."""
+def cell_runs(hardware, model, dataset, temperature, methods, files=decode_output):
+    """Method -> its knobs, dataset, data, output and history file (AR's output, on multi-turn sets), in order.
+
+    ``files`` places the outputs: the main comparison's or the ablation job's own.  AR runs
+    first in a cell or model job and writes the histories of the others' later turns, so
+    neither that job nor the ablation's reads another job's records.
+    """
     cell = (hardware, model, dataset, temperature)
     multi_turn = dataset in MULTI_TURN_DATASETS
     return {
@@ -426,48 +515,153 @@ def cell_runs(hardware, model, dataset, temperature, methods):
             **method_knobs(dataset, temperature, m),
             "dataset": dataset,
             "data": f"results/datasets/{dataset}.jsonl",
-            "output": decode_output(*cell, m),
-            # AR runs first in the main cell and writes the histories of the others' later turns
-            "history": decode_output(*cell, BASELINE) if multi_turn and m != BASELINE else None,
+            "output": files(*cell, m),
+            "history": (
+                files(*cell, BASELINE) if multi_turn and m != BASELINE else None
+            ),
         }
         for m in methods
     }
 
 
-def decode_cell_params(wildcards, methods=MAIN_METHODS):
-    return cell_runs(wildcards.hardware, wildcards.model, wildcards.dataset, wildcards.temperature, methods)
+def get_decode_cell_params(wildcards, methods=MAIN_METHODS, files=decode_output):
+    return cell_runs(
+        wildcards.hardware,
+        wildcards.model,
+        wildcards.dataset,
+        wildcards.temperature,
+        methods,
+        files,
+    )
 
 
-def decode_model_params(wildcards, methods=MAIN_METHODS):
-    """"dataset/method" -> the runs of every cell of this (hardware, model, temperature), dataset by dataset."""
+def get_decode_model_params(wildcards, methods=MAIN_METHODS, files=decode_output):
+    """ "dataset/method" -> the runs of every cell of this (hardware, model, temperature), dataset by dataset."""
     return {
         f"{d}/{m}": knobs
         for d in DATASETS
-        for m, knobs in cell_runs(wildcards.hardware, wildcards.model, d, wildcards.temperature, methods).items()
+        for m, knobs in cell_runs(
+            wildcards.hardware,
+            wildcards.model,
+            d,
+            wildcards.temperature,
+            methods,
+            files,
+        ).items()
     }
 
 
-def ablation_cell_params(wildcards):
-    return decode_cell_params(wildcards, ABLATION_METHODS)
+def get_ablation_cell_params(wildcards):
+    return get_decode_cell_params(wildcards, ABLATION_RUNS, ablation_output)
 
 
-def ablation_model_params(wildcards):
-    return decode_model_params(wildcards, ABLATION_METHODS)
+def get_ablation_model_params(wildcards):
+    return get_decode_model_params(wildcards, ABLATION_RUNS, ablation_output)
 
 
-def _histories(wildcards, datasets):
-    """AR's outputs of the multi-turn sets among ``datasets``: the ablation runs' histories.
+# The decode rules, one dict each: decode.smk makes them all with one rule block, so
+# they differ only in what these give.  What one job covers is the wildcards of its
+# log and benchmark paths.
+MODEL_SCOPE = "{hardware}/{model}/t{temperature}"
+CELL_SCOPE = "{hardware}/{model}/{dataset}/t{temperature}"
+METHOD_SCOPE = "{hardware}/{model}/{dataset}/t{temperature}/{method}"
+SHARD_SCOPE = "{hardware}/{model}/{dataset}/t{temperature}/{method}.{shard}"
+CELL_OUTPUT = (
+    "results/{{hardware}}/{{model}}/{{dataset}}/t{{temperature}}/{method}.jsonl"
+)
+MODEL_OUTPUT = (
+    "results/{{hardware}}/{{model}}/{dataset}/t{{temperature}}/{method}.jsonl"
+)
+CELL_ABLATION_OUTPUT = "results/{{hardware}}/{{model}}/{{dataset}}/t{{temperature}}/ablation/{method}.jsonl"
+MODEL_ABLATION_OUTPUT = (
+    "results/{{hardware}}/{{model}}/{dataset}/t{{temperature}}/ablation/{method}.jsonl"
+)
 
-    Only those: on single-turn sets the ablation jobs do not wait for (or rerun after) the
-    main job.
+
+def decode_rule(name, scope, inputs, outputs, logs=None, **params):
+    """One decode rule: its name, what one job covers, inputs, outputs and params.
+
+    ``logs`` names the folder of the job's log and benchmark (default: the rule's name);
+    ``params`` are the job's own, before the software fingerprint and the code hash that
+    every decode job carries.
     """
-    return [decode_output(wildcards.hardware, wildcards.model, d, wildcards.temperature, BASELINE)
-            for d in datasets if d in MULTI_TURN_DATASETS]
+    folder = logs or name
+    return {
+        "name": name,
+        "inputs": inputs,
+        "outputs": outputs,
+        "params": {**params, "software": SOFTWARE, "code": CODE_DECODE},
+        "log": f"logs/{folder}/{scope}.log",
+        "benchmark": f"logs/benchmarks/{folder}/{scope}.tsv",
+    }
 
 
-def ablation_cell_inputs(wildcards):
-    return {**cell_inputs(wildcards), "history": _histories(wildcards, [wildcards.dataset])}
+def get_cell_rules():
+    """The decode rules whose jobs decode several runs in one process (decode_cell.py):
+    the main comparison's with `decode_jobs: model` or `cell`, and the ablation's."""
+    rules = []
+    if DECODE_JOBS == "model":
+        outputs = expand(MODEL_OUTPUT, dataset=DATASETS, method=MAIN_METHODS)
+        knobs = get_decode_model_params
+        rules.append(
+            decode_rule(
+                "decode_model", MODEL_SCOPE, get_model_inputs, outputs, knobs=knobs
+            )
+        )
+    elif DECODE_JOBS == "cell":
+        outputs = expand(CELL_OUTPUT, method=MAIN_METHODS)
+        knobs = get_decode_cell_params
+        rules.append(
+            decode_rule(
+                "decode_cell", CELL_SCOPE, get_cell_inputs, outputs, knobs=knobs
+            )
+        )
+    if ABLATION_RUNS:
+        rules.append(ablation_rule())
+    return rules
 
 
-def ablation_model_inputs(wildcards):
-    return {**model_inputs(wildcards), "history": _histories(wildcards, DATASETS)}
+def get_method_rules():
+    """`decode_jobs: method`: one job per method, or per shard of it (decode.py)."""
+    if DECODE_JOBS != "method":
+        return []
+    if SHARDS == 1:
+        output = "results/{hardware}/{model}/{dataset}/t{temperature}/{method}.jsonl"
+        return [
+            decode_rule(
+                "decode",
+                METHOD_SCOPE,
+                get_decode_inputs,
+                output,
+                knobs=get_decode_params,
+                shard=None,
+            )
+        ]
+    output = "results/{hardware}/{model}/{dataset}/t{temperature}/shards/{method}.{shard}.jsonl"
+    return [
+        decode_rule(
+            "decode_shard",
+            SHARD_SCOPE,
+            get_decode_inputs,
+            output,
+            logs="decode",
+            knobs=get_decode_params,
+            shard=lambda wildcards: f"{wildcards.shard}/{SHARDS}",
+        )
+    ]
+
+
+def ablation_rule():
+    """The budget ablation's job: per (hardware, model, temperature) with `decode_jobs: model`,
+    else per cell (never sharded: its runs advance together, prompt by prompt)."""
+    if DECODE_JOBS == "model":
+        outputs = expand(MODEL_ABLATION_OUTPUT, dataset=DATASETS, method=ABLATION_RUNS)
+        knobs = get_ablation_model_params
+        return decode_rule(
+            "decode_model_ablation", MODEL_SCOPE, get_model_inputs, outputs, knobs=knobs
+        )
+    outputs = expand(CELL_ABLATION_OUTPUT, method=ABLATION_RUNS)
+    knobs = get_ablation_cell_params
+    return decode_rule(
+        "decode_cell_ablation", CELL_SCOPE, get_cell_inputs, outputs, knobs=knobs
+    )

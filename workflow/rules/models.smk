@@ -5,15 +5,14 @@
 rule fetch_model:
     output:
         "results/models/{model}.json",
-    params:
-        spec=model_spec,
-        eagle3="eagle3" in METHODS,
     log:
         "logs/fetch_model/{model}.log",
     benchmark:
         "logs/benchmarks/fetch_model/{model}.tsv"
     conda:
         "../../envs/bastion.yaml"
+    params:
+        spec=get_model_spec,
+        eagle3="eagle3" in METHODS,
     script:
         "../scripts/fetch_model.py"
-

@@ -1,6 +1,7 @@
 """Decode every method of one cell (or, for `decode_jobs: model`, of every dataset) in one process,
 models and engine loaded once, each into its own output as the per-method job would write it;
-each run resumes from its <output>.partial."""
+each run resumes from its <output>.partial.  The budget ablation's jobs run this too, with
+their own AR, budget rules and fixed budgets."""
 
 from bastion.pipeline.worker import hand_off
 
@@ -18,7 +19,7 @@ from bastion.pipeline.joblog import job_log
 from bastion.runs.cell import decode_cell
 from bastion.runs.run import run_from_knobs
 
-cell = snakemake.params.knobs  # run name -> knobs with dataset, data and output; AR first in each dataset (none in an ablation job)
+cell = snakemake.params.knobs  # run name -> knobs with dataset, data and output; AR first in each dataset
 k0 = next(iter(cell.values()))
 compile_cache.persist(snakemake.wildcards.hardware)  # before anything compiles: later jobs load the kernels
 with job_log(snakemake.log[0]), pinned(k0["device"]):
