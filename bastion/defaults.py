@@ -66,6 +66,12 @@ def method_label(method: str) -> str:
     return method
 
 
+def is_adaptive(method: str) -> bool:
+    """A budget rule's method (``bastion``, ``bastion_plus``, ``bastion_lossy``), not a fixed budget ``bastion-b64``."""
+    method = str(method)
+    return method.startswith("bastion") and not method.startswith(ABLATION_PREFIX)
+
+
 def ablation_method(budget: int) -> str:
     """The method name of a fixed-budget BASTION run: 64 -> ``bastion-b64``."""
     return f"{ABLATION_PREFIX}{int(budget)}"

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from bastion.defaults import ablation_method
+from bastion.report import drift_check
 from bastion.results.records import read_records
 
 FP_FIELDS = ("device_name", "driver", "cuda", "torch", "transformers", "dtype", "attn_impl", "engine", "bastion",
@@ -128,11 +129,12 @@ def cell_rows(prompt_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return cells
 
 
-def write_csv(rows: Sequence[dict[str, Any]], path: str | os.PathLike) -> None:
+def write_csv(rows: Sequence[dict[str, Any]], path: str | os.PathLike, fields: Sequence[str] = ()) -> None:
+    """``rows`` as a CSV, written whole or not at all; ``fields`` heads a file of no rows."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    fields = list(rows[0]) if rows else []
+    fields = list(rows[0]) if rows else list(fields)
     with open(tmp, "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=fields)
         writer.writeheader()
@@ -140,12 +142,21 @@ def write_csv(rows: Sequence[dict[str, Any]], path: str | os.PathLike) -> None:
     os.replace(tmp, path)
 
 
-def aggregate(decode_files: Sequence[str | os.PathLike], per_prompt: str, cells: str, steps: str) -> int:
+def aggregate(decode_files: Sequence[str | os.PathLike], per_prompt: str, cells: str, steps: str,
+              same_size: str | None = None) -> int:
+    """Write the per-prompt, cell and step CSVs; with ``same_size``, the ablation's drift check too
+    (:mod:`bastion.report.drift_check`), each of its lines also printed for the job log."""
     recs = [r for path in decode_files for r in read_records(path)]
     if not recs:
         raise ValueError("no decode records to aggregate")
     prompts = per_prompt_rows(recs)
+    cell_table, step_table = cell_rows(prompts), step_rows(recs)
     write_csv(prompts, per_prompt)
-    write_csv(cell_rows(prompts), cells)
-    write_csv(step_rows(recs), steps)
+    write_csv(cell_table, cells)
+    write_csv(step_table, steps)
+    if same_size is not None:
+        checks = drift_check.same_size_rows(cell_table, step_table)
+        write_csv(checks, same_size, drift_check.FIELDS)
+        for row in checks:
+            print(f"same-size check: {drift_check.describe(row)}")
     return len(recs)

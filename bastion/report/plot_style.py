@@ -21,7 +21,8 @@ import numpy as np
 import pandas as pd
 
 SPEEDUP_LABEL = "Speedup over AR (time per output token)"
-COLORS = {"eagle3": "#55A868", "dflash": "#4C72B0", "bastion": "#DD8452", "ar": "#7f7f7f"}
+COLORS = {"eagle3": "#55A868", "dflash": "#4C72B0", "bastion": "#DD8452", "ar": "#7f7f7f",
+          "bastion_plus": "#C44E52", "bastion_lossy": "#937860"}
 EXTRA_COLORS = ["#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C", "#CCB974", "#64B5CD"]
 LOSSY_HATCH = "//"  # a lossy method's bars, besides its "(lossy)" label
 MAX_SCATTER = 20000  # points drawn per scatter, beyond that a sample

@@ -21,6 +21,8 @@ from bastion.report.plot_style import (
     panel_figure,
     require,
 )
+from bastion.defaults import is_adaptive
+from bastion.report.drift_check import describe
 from bastion.report.averages import average, coverage_notes, finite_datasets, is_lossy, lossy_notes, panel_coverage
 from bastion.report.tables import (
     AVERAGE,
@@ -106,13 +108,16 @@ def _budget_of(method: str) -> float:
 
 
 def budget_ablation(cells_csv: str | os.PathLike | Sequence[str | os.PathLike], out_pdf: str | os.PathLike,
-                    title: Mapping[str, Any] | str) -> None:
-    """Speedup against a fixed tree budget, averaged over datasets, with the adaptive point marked.
+                    title: Mapping[str, Any] | str, same_size_csv: str | os.PathLike | None = None) -> None:
+    """Speedup against a fixed tree budget, averaged over datasets, with each budget rule's point marked.
 
-    ``cells_csv`` may be several files: the pipeline keeps the fixed budgets' cells apart
-    from the main comparison's (adaptive BASTION and DFlash).  Every mean of a panel is
-    over the same datasets, those where every budget, adaptive BASTION and DFlash have a
-    result (:mod:`bastion.report.averages`); a note names what misses one.
+    ``cells_csv`` may be several files.  The pipeline's ablation job decodes AR, the budget
+    rules and the fixed budgets together, prompt by prompt, so a drift of the machine
+    touches them alike.  Every mean of a panel is over the same datasets, those where every
+    budget, every rule (and DFlash, when present) have a result
+    (:mod:`bastion.report.averages`); a note names what misses one.  ``same_size_csv``
+    (:mod:`bastion.report.drift_check`) adds a note per rule whose trees all had the size of
+    a fixed budget: how far apart their times per token came out.
     """
     what = "budget_ablation"
     df = read_csvs(cells_csv)
@@ -131,12 +136,14 @@ def budget_ablation(cells_csv: str | os.PathLike | Sequence[str | os.PathLike], 
         ax = axes.flat[k]
         sub = _in_panel(fixed, model, temp)
         budgets = dict(sorted({m: b for m, b in zip(sub["method"], sub["b"])}.items(), key=lambda mb: mb[1]))
-        shown = _in_panel(df[df["method"].isin([*budgets, "bastion", "dflash"])], model, temp)
+        rules = sorted({m for m in _in_panel(df, model, temp)["method"] if is_adaptive(m)})
+        shown = _in_panel(df[df["method"].isin([*budgets, *rules, "dflash"])], model, temp)
         per = {m: g.groupby("dataset")[["speedup", "mean_tree_size"]].mean() for m, g in shown.groupby("method")}
         covs = panel_coverage({m: finite_datasets(v["speedup"].to_dict()) for m, v in per.items()})
         notes += coverage_notes(combo_label(model, temp), covs, method_label)
         xs = _fixed_lines(ax, sub, {b: _mean(per, m, covs) for m, b in budgets.items()})
-        xs += _adaptive_point(ax, _mean(per, "bastion", covs, "mean_tree_size"), _mean(per, "bastion", covs))
+        for i, rule in enumerate(rules):
+            xs += _adaptive_point(ax, rule, i, _mean(per, rule, covs, "mean_tree_size"), _mean(per, rule, covs))
         v = _mean(per, "dflash", covs)
         if np.isfinite(v):
             ax.axhline(v, color=COLORS["dflash"], linestyle=":", linewidth=1.4, label=f"DFlash ({v:.2f}x)")
@@ -146,6 +153,9 @@ def budget_ablation(cells_csv: str | os.PathLike | Sequence[str | os.PathLike], 
         ax.set_title(combo_label(model, temp), fontsize=10)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
         ax.grid(alpha=0.3)
+    if same_size_csv is not None:
+        checks = pd.read_csv(same_size_csv)
+        notes += [f"Same-size check: {describe(row)}" for row in checks.to_dict("records")]
     finish_panels(fig, axes, len(panels), title_text(title, "Tree budget ablation"), height, out_pdf, notes)
 
 
@@ -173,14 +183,19 @@ def _fixed_lines(ax, sub: pd.DataFrame, means: Mapping[float, float]) -> list[fl
     return sorted(set(sub["b"]))
 
 
-def _adaptive_point(ax, ax_x: float, ax_y: float) -> list[float]:
-    """Adaptive BASTION at its mean tree size, if it has one; returns that size (or nothing)."""
+ADAPTIVE_MARKERS = ("*", "D", "P", "X")
+
+
+def _adaptive_point(ax, rule: str, i: int, ax_x: float, ax_y: float) -> list[float]:
+    """A budget rule at its mean tree size, if it has one; returns that size (or nothing)."""
     if not (np.isfinite(ax_x) and ax_x > 0 and np.isfinite(ax_y)):
         return []
-    ax.plot([ax_x], [ax_y], marker="*", markersize=16, color="#C44E52", markeredgecolor="black",
-            linestyle="none", label=f"adaptive BASTION ({ax_y:.2f}x at {ax_x:.1f} nodes)", zorder=5)
-    ax.annotate("adaptive", (ax_x, ax_y), textcoords="offset points", xytext=(8, 8), fontsize=9,
-                fontweight="bold", color="#C44E52")
+    tint = color(rule, i + 1)
+    ax.plot([ax_x], [ax_y], marker=ADAPTIVE_MARKERS[i % len(ADAPTIVE_MARKERS)], markersize=14 if i else 16,
+            color=tint, markeredgecolor="black", linestyle="none",
+            label=f"{method_label(rule)}, adaptive ({ax_y:.2f}x at {ax_x:.1f} nodes)", zorder=5)
+    ax.annotate(method_label(rule), (ax_x, ax_y), textcoords="offset points", xytext=(8, 8 - 14 * i), fontsize=9,
+                fontweight="bold", color=tint)
     return [ax_x]
 
 

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from bastion.defaults import BASELINE, METHODS
+from bastion.defaults import BASELINE, METHODS, is_adaptive
 from bastion.report.averages import is_lossy, lossy_notes
 from bastion.report.plot_style import (
     COLORS,
@@ -161,49 +161,64 @@ def _binned_means(x: np.ndarray, y: np.ndarray, bins: int = 12) -> tuple[np.ndar
 
 def tree_budget(steps_csv: str | os.PathLike, out_pdf: str | os.PathLike, title: Mapping[str, Any] | str,
                 max_responses: int = 6) -> None:
-    """Adaptive BASTION's tree size over the steps of the longest responses and against the context."""
+    """Each budget rule's tree size over the steps of the longest responses and against the context.
+
+    One row of two panels per (model, temperature, rule): the rules (``bastion``,
+    ``bastion_plus``, ...) decide differently, and one panel per rule keeps each readable.
+    """
     what = "tree_budget"
     df = read_csvs(steps_csv)
     require(df, ["model", "dataset", "temperature", "method", "prompt_index", "turn", "step", "tree_size",
                   "context"], what)
-    rows = df[df["method"] == "bastion"]
+    rows = df[[is_adaptive(m) for m in df["method"]]]
     if rows.empty:
-        raise ValueError(f"{what}: no steps of adaptive bastion (found: {sorted(set(df['method']))})")
-    panels = combos(rows)
+        raise ValueError(f"{what}: no steps of an adaptive budget rule (found: {sorted(set(df['method']))})")
+    panels = [(model, temp, rule) for model, temp in combos(rows)
+              for rule in sorted(set(rows[(rows["model"] == model) & (rows["temperature"] == temp)]["method"]))]
     plt = pyplot()
     height = 0.6 + 3.6 * len(panels)
     fig, axes = plt.subplots(len(panels), 2, figsize=(12.5, height), squeeze=False)
-    for k, (model, temp) in enumerate(panels):
-        sub = rows[(rows["model"] == model) & (rows["temperature"] == temp)]
-        left, right = axes[k]
-        keys = ["dataset", "prompt_index", "turn"]
-        lengths = sub.groupby(keys).size().sort_values(ascending=False, kind="stable")
-        for i, key in enumerate(lengths.index[:max_responses]):
-            d, p, t = key
-            resp = sub[(sub["dataset"] == d) & (sub["prompt_index"] == p) & (sub["turn"] == t)].sort_values("step")
-            label = f"{d} #{p}" + (f" turn {t}" if int(t) else "")
-            left.step(resp["step"], resp["tree_size"], where="post", linewidth=1.2, label=label,
-                      color=EXTRA_COLORS[i % len(EXTRA_COLORS)])
-        log2_axis(left, "y", sub["tree_size"].to_numpy(dtype=float))
-        left.set_xlabel("Decoding step")
-        left.set_ylabel("Tree size (nodes verified)")
-        left.set_title(f"{combo_label(model, temp)}: {min(max_responses, len(lengths))} longest responses",
-                       fontsize=10)
-        left.legend(fontsize=7, ncol=2)
-        left.grid(alpha=0.3)
+    for k, (model, temp, rule) in enumerate(panels):
+        sub = rows[(rows["model"] == model) & (rows["temperature"] == temp) & (rows["method"] == rule)]
+        name = f"{combo_label(model, temp)}, {method_label(rule)}"
+        _tree_steps(axes[k][0], sub, name, max_responses)
+        _tree_contexts(axes[k][1], sub, name, color(rule, k))
+    finish_panels(fig, axes, axes.size, title_text(title, "Adaptive tree budget"), height, out_pdf)
 
-        pts = sub if len(sub) <= MAX_SCATTER else sub.sample(MAX_SCATTER, random_state=0)
-        right.scatter(pts["context"], pts["tree_size"], s=6, alpha=0.25, color=COLORS["bastion"],
-                      label=f"steps ({len(sub)}{', sampled' if len(sub) > MAX_SCATTER else ''})", rasterized=True)
-        cx, cy = _binned_means(sub["context"].to_numpy(dtype=float), sub["tree_size"].to_numpy(dtype=float))
-        right.plot(cx, cy, "o-", color="black", linewidth=1.5, markersize=4, label="binned mean")
-        log2_axis(right, "y", sub["tree_size"].to_numpy(dtype=float))
-        right.set_xlabel("Context length (tokens)")
-        right.set_ylabel("Tree size (nodes verified)")
-        right.set_title(f"{combo_label(model, temp)}: tree size against context", fontsize=10)
-        right.legend(fontsize=8)
-        right.grid(alpha=0.3)
-    finish_panels(fig, axes, axes.size, title_text(title, "BASTION adaptive tree budget"), height, out_pdf)
+
+def _tree_steps(ax, sub, name: str, max_responses: int) -> None:
+    """The tree size step by step for the longest responses of one rule's panel."""
+    keys = ["dataset", "prompt_index", "turn"]
+    lengths = sub.groupby(keys).size().sort_values(ascending=False, kind="stable")
+    for i, key in enumerate(lengths.index[:max_responses]):
+        d, p, t = key
+        resp = sub[(sub["dataset"] == d) & (sub["prompt_index"] == p) & (sub["turn"] == t)].sort_values("step")
+        label = f"{d} #{p}" + (f" turn {t}" if int(t) else "")
+        ax.step(resp["step"], resp["tree_size"], where="post", linewidth=1.2, label=label,
+                color=EXTRA_COLORS[i % len(EXTRA_COLORS)])
+    log2_axis(ax, "y", sub["tree_size"].to_numpy(dtype=float))
+    ax.set_xlabel("Decoding step")
+    ax.set_ylabel("Tree size (nodes verified)")
+    sizes = sub["tree_size"].nunique()
+    ax.set_title(f"{name}: {min(max_responses, len(lengths))} longest responses ({sizes} distinct sizes)",
+                 fontsize=10)
+    ax.legend(fontsize=7, ncol=2)
+    ax.grid(alpha=0.3)
+
+
+def _tree_contexts(ax, sub, name: str, tint: str) -> None:
+    """Every step's tree size against its context (sampled when many), with binned means."""
+    pts = sub if len(sub) <= MAX_SCATTER else sub.sample(MAX_SCATTER, random_state=0)
+    ax.scatter(pts["context"], pts["tree_size"], s=6, alpha=0.25, color=tint,
+               label=f"steps ({len(sub)}{', sampled' if len(sub) > MAX_SCATTER else ''})", rasterized=True)
+    cx, cy = _binned_means(sub["context"].to_numpy(dtype=float), sub["tree_size"].to_numpy(dtype=float))
+    ax.plot(cx, cy, "o-", color="black", linewidth=1.5, markersize=4, label="binned mean")
+    log2_axis(ax, "y", sub["tree_size"].to_numpy(dtype=float))
+    ax.set_xlabel("Context length (tokens)")
+    ax.set_ylabel("Tree size (nodes verified)")
+    ax.set_title(f"{name}: tree size against context", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
 
 
 # --------------------------------------------------------------------------- cost model fit

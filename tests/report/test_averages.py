@@ -132,4 +132,4 @@ def test_budget_ablation_means_like_with_like(tmp_path):
     text = pdf_text(out)
     assert "averages over gsm8k, math500 only" in text and "BASTION (b=64) has no result on mbpp" in text
     # adaptive BASTION and DFlash over gsm8k and math500: 2.75x and 2.50x, not 4.58x and 3.00x over all three
-    assert "adaptive BASTION (2.75x at 16.0 nodes)" in text and "DFlash (2.50x)" in text
+    assert "BASTION, adaptive (2.75x at 16.0 nodes)" in text and "DFlash (2.50x)" in text

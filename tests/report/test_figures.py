@@ -264,13 +264,22 @@ def test_acceptance_length(tmp_path):
 def test_tree_budget(tmp_path):
     out = tmp_path / "tree.pdf"
     plots_steps.tree_budget(make_steps(tmp_path, temps=(0.0, 1.0)), out, TITLE)
-    assert_pdf_has(out, tables.title_text(TITLE, "BASTION adaptive tree budget"), "Decoding step",
-                   "Tree size (nodes verified)", "Context length (tokens)", "binned mean", "m1, T=1")
+    assert_pdf_has(out, tables.title_text(TITLE, "Adaptive tree budget"), "Decoding step",
+                   "Tree size (nodes verified)", "Context length (tokens)", "binned mean", "m1, T=1, BASTION",
+                   "distinct sizes")
     single = make_steps(tmp_path, datasets=("mbpp",), methods=("bastion",), name="single.csv")
     plots_steps.tree_budget(single, out, "a plain title", max_responses=1)
     assert_pdf_has(out, "a plain title")
-    with pytest.raises(ValueError, match="adaptive bastion"):
-        plots_steps.tree_budget(make_steps(tmp_path, methods=("ar", "dflash"), name="nob.csv"), out, TITLE)
+    # every budget rule gets its own row of panels; fixed budgets and other methods none
+    rules = make_steps(tmp_path, methods=("ar", "dflash", "bastion", "bastion_plus", "bastion-b16"), name="rules.csv")
+    plots_steps.tree_budget(rules, out, TITLE)
+    text = pdf_text(out)
+    assert "m1, T=0, BASTION+: tree size against context" in text
+    assert "m1, T=0, BASTION: tree size against context" in text
+    assert "b=16" not in text and "DFlash" not in text
+    with pytest.raises(ValueError, match="adaptive budget rule"):
+        plots_steps.tree_budget(make_steps(tmp_path, methods=("ar", "dflash", "bastion-b16"), name="nob.csv"), out,
+                                TITLE)
 
 
 def test_budget_ablation(tmp_path):
@@ -295,7 +304,19 @@ def test_budget_ablation_from_the_pipelines_two_aggregates(tmp_path):
     out = tmp_path / "two.pdf"
     plots.budget_ablation([main, fixed], out, TITLE)
     adaptive = pd.read_csv(main).query("method == 'bastion'")["speedup"].mean()
-    assert_pdf_has(out, f"adaptive BASTION ({adaptive:.2f}x at 24.0 nodes)", "fixed budget", "16", "64")
+    assert_pdf_has(out, f"BASTION, adaptive ({adaptive:.2f}x at 24.0 nodes)", "fixed budget", "16", "64")
+
+
+def test_budget_ablation_marks_every_budget_rule(tmp_path):
+    """The ablation job's own cells: AR, both budget rules and the fixed budgets; each rule is a point of its own."""
+    cells = make_cells(tmp_path, models=("m1",), temps=(0.0,),
+                       methods=("ar", "bastion", "bastion_plus", "bastion-b16", "bastion-b64"), name="rules.csv")
+    out = tmp_path / "rules.pdf"
+    plots.budget_ablation(cells, out, TITLE)
+    df = pd.read_csv(cells)
+    for rule, label in (("bastion", "BASTION"), ("bastion_plus", "BASTION+")):
+        mean = df[df["method"] == rule]["speedup"].mean()
+        assert f"{label}, adaptive ({mean:.2f}x at" in pdf_text(out)
 
 
 def test_cost_model_fit(tmp_path):

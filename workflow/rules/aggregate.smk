@@ -38,6 +38,8 @@ rule aggregate_ablation:
         per_prompt="results/{hardware}/aggregate/{experiment}/ablation/per_prompt.csv",
         cells="results/{hardware}/aggregate/{experiment}/ablation/cells.csv",
         steps="results/{hardware}/aggregate/{experiment}/ablation/steps.csv",
+        # a rule whose trees all had one size against the fixed budget of that size
+        same_size="results/{hardware}/aggregate/{experiment}/ablation/same_size.csv",
     log:
         "logs/aggregate_ablation/{hardware}/{experiment}.log",
     benchmark:

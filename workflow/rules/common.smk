@@ -391,6 +391,7 @@ FIGURES = [
     "figures/speedup_table.pdf",
     "figures/speedup_bars.pdf",
     "figures/acceptance_length.pdf",
+    "figures/acceptance_by_position.pdf",
     "figures/tree_budget.pdf",
     "figures/cost_model_fit.pdf",
 ]

@@ -75,6 +75,28 @@ rule plot_acceptance_length:
         "../scripts/plot_acceptance_length.py"
 
 
+rule plot_acceptance_by_position:
+    input:
+        steps=f"{AGG}/steps.csv",
+    output:
+        report(
+            "figures/acceptance_by_position.pdf",
+            caption="../report/acceptance_by_position.rst",
+            category="Figures",
+        ),
+    log:
+        "logs/plot_acceptance_by_position.log",
+    benchmark:
+        "logs/benchmarks/plot_acceptance_by_position.tsv"
+    conda:
+        "../../envs/bastion.yaml"
+    params:
+        title=TITLE,
+        code=CODE_REPORT,
+    script:
+        "../scripts/plot_acceptance_by_position.py"
+
+
 rule plot_tree_budget:
     input:
         steps=f"{AGG}/steps.csv",
@@ -100,6 +122,7 @@ rule plot_tree_budget:
 rule plot_budget_ablation:
     input:
         cells=f"{AGG}/ablation/cells.csv",  # the ablation job's AR, budget rules and fixed budgets only
+        same_size=f"{AGG}/ablation/same_size.csv",
     output:
         report(
             "figures/budget_ablation.pdf",
