@@ -10,6 +10,7 @@ import shutil
 import pytest
 
 from bastion.runs.cell import decode_cell
+from bastion.runs import runner
 from bastion.runs.run import DecodeRun
 
 PROMPTS = [{"turns": ["def add(a, b):\n    return", "    # and now subtract\n"]}, {"turns": ["import os\n", "x = 1\n"]}]
@@ -43,13 +44,13 @@ def test_ar_decodes_first_then_the_history_readers_advance_in_turn(data, tmp_pat
         run.execute()
     alone = {n: _content(out / f"{n}.jsonl") for n in names}
     shutil.rmtree(out)
-    order, real = [], DecodeRun._decode_prompt
+    order, real = [], runner.decode_prompt
 
-    def logged(self, idx, *args, **kw):
-        order.append((self.methods[0], self.budget, idx))
-        return real(self, idx, *args, **kw)
+    def logged(run, idx, *args, **kw):
+        order.append((run.methods[0], run.budget, idx))
+        return real(run, idx, *args, **kw)
 
-    monkeypatch.setattr(DecodeRun, "_decode_prompt", logged)
+    monkeypatch.setattr(runner, "decode_prompt", logged)
     decode_cell(_runs(data, out))
     readers = [("dflash", None), ("bastion", 16), ("bastion", 32)]
     assert order == [("ar", None, 0), ("ar", None, 1)] + [(*r, i) for i in (0, 1) for r in readers]
