@@ -24,7 +24,9 @@ final norm, ``lm_head``, the top-k of the logits with only the k winners normali
 frontier and its rows of the tree mask; the rerank of all proposals is a last one
 (:func:`rerank`, around that module's own).  The tree's steps are those of
 :func:`dflash.eagle3.tree.grow_tree`: the same tree, and on an uncompiled CPU the same
-scores to the bit when attention rounds alike (``tests/engines/test_fused_eagle3.py``).
+scores to the bit where attention rounds alike and the MLP is a multiple of 32 wide (the
+SiLU of a strided half of the gate/up product rounds a row's last elements in scalar code
+otherwise; ``tests/engines/test_fused_eagle3.py``).
 """
 
 from __future__ import annotations
