@@ -12,10 +12,13 @@ context length (``--contexts``):
 * ``verify``: one 60-node verification of the target (the engine's graph, tapping the
   head's three layers), and one commit;
 * ``step``: phase medians of a real eagle3 decode on the engine (``collect_stats=True``:
-  each phase between device synchronisations).
+  each phase between device synchronisations), and ``step_ms``, the median whole step of
+  another decode timed by CUDA events at the phase boundaries (``collect_stats="events"``:
+  it runs as untimed; on a CPU the synchronised phases' sum).
 
 The ``depth`` and ``draft`` sections run the head eagerly on its growing cache (the eager
-engine's drafting); in ``step`` the engine drafts through its own graph per window.
+engine's drafting); in ``step`` the engine drafts through its own graph per window (on the
+compiled engine with the fused head, :mod:`bastion.engines.fused_eagle3`).
 Output: one JSON line per row on stdout and ``eagle3_cost.json`` in ``--out``.
 
     python -m benchmarks.eagle3_cost --out results_dir                       # GPU, Qwen3-8B shape
@@ -40,6 +43,9 @@ from bastion.models.target import Target
 from bastion.speculative.methods import Eagle3Policy
 from benchmarks.shapes import SHAPES, random_eagle3_head, random_target
 from dflash.eagle3.tree import draft_tree, extend_context
+
+
+PHASES = ("t_draft", "t_tree", "t_verify", "t_accept", "t_commit")
 
 
 def _ms(x: float) -> float:
@@ -116,8 +122,11 @@ def section_step(rep, name, eng: StaticEngine, c, vocab, gen, args):
     dec.generate(prompt, 4, collect_stats=True)  # graphs captured here
     steps = dec.generate(prompt, args.steps + 2, collect_stats=True).steps[1:]
     row = {"engine": name, "context": c, "steps": len(steps), "nodes": steps[0].tree_size}
-    for ph in ("t_draft", "t_tree", "t_verify", "t_accept", "t_commit"):
+    for ph in PHASES:
         row[ph + "_ms"] = _ms(statistics.median(getattr(s, ph) for s in steps))
+    # the whole step as it runs untimed: CUDA events at the phase boundaries, no syncs between them
+    timed = dec.generate(prompt, args.steps + 2, collect_stats="events" if eng.device.type == "cuda" else True)
+    row["step_ms"] = _ms(statistics.median(sum(getattr(s, ph) for ph in PHASES) for s in timed.steps[1:]))
     rep.add("step", row)
 
 

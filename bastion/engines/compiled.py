@@ -1,12 +1,13 @@
 """The ``compiled`` engine: the static engine with fused kernels, decided once when the engine is made.
 
-Everything the static engine preallocates and replays stays as it is; three things change.
+Everything the static engine preallocates and replays stays as it is; four things change.
 The target's layers run as the two functions of :class:`~bastion.engines.static_layers.FusedLayers`
 (attention and MLP blocks with their norms and residuals fused), the DFlash drafter's
-layers likewise (:class:`~bastion.engines.fused_drafter.FusedDrafter`), and on CUDA the tree
-phase's small element-wise step functions and the commit are compiled too (path ranking
-keeps its own kernels, see :mod:`bastion.speculative.path_rank`): about 100 launches fewer
-per step.  On a CPU the same functions run uncompiled, which is how CI checks them
+layers likewise (:class:`~bastion.engines.fused_drafter.FusedDrafter`), as are the EAGLE-3
+head's layer and its tree growth (:class:`~bastion.engines.fused_eagle3.FusedEagle3Head`),
+and on CUDA the tree phase's small element-wise step functions and the commit are
+compiled too (path ranking keeps its own kernels, see :mod:`bastion.speculative.path_rank`):
+about 100 launches fewer per step.  On a CPU the same functions run uncompiled, which is how CI checks them
 against eager.
 
 A :class:`Compilation` says which of these apply; the engine asks it for its layers and
@@ -22,6 +23,7 @@ from typing import Callable
 import torch
 
 from bastion.engines.fused_drafter import FusedDrafter
+from bastion.engines.fused_eagle3 import FusedEagle3Head
 from bastion.engines.static_layers import FusedLayers
 
 
@@ -58,6 +60,12 @@ class Compilation:
         if not self.fused or not FusedDrafter.supports(drafter) or os.environ.get("BASTION_DRAFTER") == "module":
             return None
         return FusedDrafter(drafter, compile=self.compile, layers=layers)
+
+    def eagle3_head(self, head, layers: FusedLayers | None) -> FusedEagle3Head | None:
+        """The EAGLE-3 head's fused layer and tree growth where they compute what it does, or None: its own modules."""
+        if not self.fused or not FusedEagle3Head.supports(head):
+            return None
+        return FusedEagle3Head(head, compile=self.compile, layers=layers)
 
     def step(self, fn: Callable) -> Callable:
         """A step function as the engine runs it: compiled (dynamic from the start: a static first

@@ -15,7 +15,8 @@ other step functions, and it runs before the step's one host read.  Its context 
 always takes the path width of pairs (the root and the longest path a step can accept);
 the pairs past the accepted count land past the committed length, where the mask hides
 them until the next draft writes over them.  The first draft takes in the whole prompt,
-eagerly.
+eagerly.  On the compiled engine the head's layer and the tree's rounds run as fused
+functions (:class:`~bastion.engines.fused_eagle3.FusedEagle3Head`), on the same cache.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class StaticEagle3:
         self.layer_ids = list(eagle3.layer_ids)
         self.width = eagle3.path_width
         self.tree_size = eagle3.tree_size  # nodes of every tree it drafts
+        self.fused_head = compilation.eagle3_head(eagle3.head, layers)  # the compiled engine's head, else None
 
     def allocate(self, bufs: StepBuffers) -> None:
         """The verifier's states at the head's taps [n_max, F], the next draft's pairs [read width, F], the head's K/V."""
@@ -107,10 +109,19 @@ class StaticEagle3:
         pos = bufs.length - (last + 1) + bufs.arange[:m]  # the pairs' positions, and where their K/V go
         self.cache.begin(pos, kv)
         causal = (bufs.arange[:kv][None, :] <= pos[:, None])[None, None]  # [1, 1, m, kv]
-        out = self.eagle3.head(feats.reshape(1, m, -1), next_tokens.reshape(1, m), pos[None], causal, self.cache)
+        head = self.fused_head.context if self.fused_head is not None else self.eagle3.head
+        out = head(feats.reshape(1, m, -1), next_tokens.reshape(1, m), pos[None], causal, self.cache)  # [1, m, H]
         root_hidden = out[0, last] if isinstance(last, int) else out[0].index_select(0, last.view(1))[0]  # [H]
         visible = bufs.arange[:kv] < bufs.length  # the committed pairs, the new ones included
-        self.write_tree(self.eagle3.grow(self.cache, root_hidden, bufs.root.view(1), visible, bufs.length))
+        root = bufs.root.view(1)
+        if self.fused_head is None:
+            tree = self.eagle3.grow(self.cache, root_hidden, root, visible, bufs.length)
+        else:
+            p = self.eagle3.policy
+            grown = self.fused_head.grow(self.cache, root_hidden, root, visible, bufs.length, p.total_tokens, p.depth,
+                                         p.top_k)
+            tree = self.eagle3.finish(grown, bufs.length)
+        self.write_tree(tree)
 
     def write_tree(self, tree: Tree) -> None:
         """Put a drafted tree into the engine's tree buffers (verify and commit read them)."""

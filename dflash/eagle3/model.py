@@ -197,6 +197,14 @@ class Eagle3Head(nn.Module):
             raise RuntimeError("this EAGLE-3 head ships no embed_tokens; call attach_target_embeddings(target embed)")
         return self._target_embed(ids)
 
+    def embedding_table(self) -> torch.Tensor | None:
+        """The weight [V, H] that :meth:`embed` looks tokens up in, or None when it is another callable.
+
+        A fused head gathers rows of it inside its own kernels instead of calling :meth:`embed`.
+        """
+        embed = self.embed_tokens if self.embed_tokens is not None else self._target_embed
+        return embed.weight if isinstance(embed, nn.Embedding) else None
+
     # -- pieces the drafting loop needs ----------------------------------------------------
     def new_cache(self) -> Eagle3KVCache:
         return Eagle3KVCache()

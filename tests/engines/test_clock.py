@@ -48,6 +48,10 @@ def _slow_first_draft(engine: Engine, method: str) -> list[int]:
     slowed: list[int] = []
     if method == "eagle3":  # the head's forward: (features [1, m, F], tokens, ...) on every engine
         engine.eagle3.head.register_forward_pre_hook(lambda module, args: delay(args, 0, slowed))
+        if engine.name == "compiled":  # the compiled engine's fused head takes the pairs the same way
+            head = engine.static.proposers["eagle3"].fused_head
+            assert head is not None
+            head.context = _DelayedOnPrompt(head.context, 0, slowed)
         return slowed
     # the drafter module (eager, static): (block, positions, context features [1, W, F], ...)
     engine.drafter.register_forward_pre_hook(lambda module, args: delay(args, 2, slowed))

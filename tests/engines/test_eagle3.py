@@ -1,7 +1,8 @@
 """EAGLE-3 on every engine: random public-layout heads with a reduced draft vocabulary.
 
 At temperature 0 every engine's ``eagle3`` decode must equal AR (fp32, CPU) for a Qwen3
-target and a Llama-3.1-style target with llama3 RoPE scaling.  Random heads rarely hit,
+target and a Llama-3.1-style target with llama3 RoPE scaling, and the compiled engine's
+fused head must draft the static engine's trees, buffer for buffer.  Random heads rarely hit,
 so an oracle head also plants the target's own continuation in the drafted tree: then
 long paths are accepted and the static engine's bookkeeping (the head's context read
 back one step late, the fixed tree size) must give the eager engine's steps exactly.
@@ -23,10 +24,10 @@ PROMPT = list(range(5, 29))
 NEW = 40
 
 
-def _pair(tmp_path, family: str, layer_ids=None, policy=None):
+def _pair(tmp_path, family: str, layer_ids=None, policy=None, scale: float = 1.0):
     model = tiny_target("qwen3", layers=8, scale=4.0) if family == "qwen3" else llama31_target(layers=8)
     target = Target(model)
-    folder = save_eagle3_head(tmp_path / f"head-{family}", model, draft_vocab=96, layer_ids=layer_ids)
+    folder = save_eagle3_head(tmp_path / f"head-{family}", model, draft_vocab=96, layer_ids=layer_ids, scale=scale)
     head = models.load_eagle3_head(str(folder), target, family, torch.float32, "cpu")
     return target, Eagle3Drafter.bind(head, target, policy)
 
@@ -66,6 +67,48 @@ def test_eagle3_equals_ar_at_t0(tmp_path, family, engine):
     res = eng.decoder("eagle3").generate(PROMPT, NEW, collect_stats=True)
     assert res.output_ids == ar
     assert all(s.tree_size == e3.tree_size == 60 for s in res.steps)
+    if engine != "eager":  # the compiled engine drafts with the fused head, the static one with the module
+        assert (eng.static.proposers["eagle3"].fused_head is not None) == (engine == "compiled")
+
+
+def _recorded_trees(engine: Engine) -> tuple[list[int], list[tuple]]:
+    """An EAGLE-3 decode on ``engine`` and the tree buffers after each of its drafts (tokens, parents,
+    depths, ancestors)."""
+    proposer = engine.static.proposers["eagle3"]
+    write, trees = proposer.write_tree, []
+
+    def recording(tree):
+        write(tree)
+        b, n = proposer.bufs, tree.size
+        trees.append((b.tree_tokens[:n].clone(), b.tree_parents[:n].clone(), b.tree_depths[:n].clone(),
+                      b.tree_anc[:n, :n].clone()))
+
+    proposer.write_tree = recording
+    return engine.decoder("eagle3").generate(PROMPT, NEW).output_ids, trees
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama31"])
+@pytest.mark.parametrize("oracle", [False, True])
+def test_the_fused_head_drafts_the_static_engines_trees(tmp_path, family, oracle):
+    """Every draft of the compiled engine (fused head) fills the tree buffers exactly as the static
+    engine's (the head's modules) does; with the oracle, over long accepted paths.  The head's
+    logits are sharpened so that the trees keep nodes of every depth: a slip in a late round shows."""
+    policy = Eagle3Policy(depth=4, top_k=3, total_tokens=20) if oracle else None
+    target, e3 = _pair(tmp_path, family, policy=policy, scale=20.0)
+    ar = Engine("eager", target, None, n_max=64).decoder("ar").generate(PROMPT, NEW).output_ids
+    runs = {}
+    for engine in ("static", "compiled"):
+        drafter = e3
+        if oracle:
+            drafter = OracleEagle3(e3.head, e3.layer_ids, e3.policy)
+            drafter.reference, drafter.prompt_len = ar, len(PROMPT)
+        runs[engine] = _recorded_trees(Engine(engine, target, None, n_max=64, eagle3=drafter))
+        assert runs[engine][0] == ar, engine
+    (_, static), (_, fused) = runs["static"], runs["compiled"]
+    assert len(static) == len(fused) >= (5 if oracle else NEW)
+    assert max(int(depths.max()) for _, _, depths, _ in static) == e3.policy.depth + 1
+    for step, (a, b) in enumerate(zip(static, fused)):
+        assert all(torch.equal(x, y) for x, y in zip(a, b)), step
 
 
 @pytest.mark.parametrize("family", ["qwen3", "llama31"])
@@ -73,14 +116,14 @@ def test_accepted_paths_agree_across_engines(tmp_path, family):
     target, e3 = _pair(tmp_path, family, policy=Eagle3Policy(depth=4, top_k=3, total_tokens=20))
     ar = Engine("eager", target, None, n_max=64).decoder("ar").generate(PROMPT, NEW).output_ids
     runs = {}
-    for engine in ("eager", "static"):
+    for engine in ("eager", "static", "compiled"):
         oracle = OracleEagle3(e3.head, e3.layer_ids, e3.policy)
         oracle.reference, oracle.prompt_len = ar, len(PROMPT)
         res = Engine(engine, target, None, n_max=64, eagle3=oracle).decoder("eagle3").generate(
             PROMPT, NEW, collect_stats=True)
         assert res.output_ids == ar, engine
         runs[engine] = [(s.committed, s.tree_size, s.context) for s in res.steps]
-    assert runs["eager"] == runs["static"]
+    assert runs["eager"] == runs["static"] == runs["compiled"]
     assert max(c for c, _, _ in runs["eager"]) >= 4  # long paths were accepted
     assert len(runs["eager"]) < NEW // 2
 

@@ -18,3 +18,4 @@ def test_cpu_small_shape(tmp_path):
     assert {r["engine"] for r in data["verify"]} == {r["engine"] for r in data["step"]} == {"static", "compiled"}
     assert all(r["verify_ms"] > 0 and r["nodes"] == 10 for r in data["verify"])
     assert all(r["nodes"] == 10 and r["t_draft_ms"] > 0 for r in data["step"])
+    assert all(r["step_ms"] >= r["t_draft_ms"] / 2 > 0 for r in data["step"])  # a whole step, another decode
