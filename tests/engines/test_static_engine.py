@@ -168,7 +168,7 @@ def test_the_cpu_walk_builds_the_torch_references_trees(monkeypatch):
     ov = StepOverheads(1e-2, 1e-2)
     engine = StaticEngine(target, drafter, 128, 64)
     sizes = set()
-    for policy in (TreePolicy(n_min=2, n_max=64), TreePolicy(n_min=2, n_max=64, bucket=False), TreePolicy(budget=9)):
+    for policy in (TreePolicy(n_min=2, n_max=64), TreePolicy(n_min=2, n_max=64, rounding=None), TreePolicy(budget=9)):
         for seed in range(3):
             runs = []
             for forced in (False, True):
