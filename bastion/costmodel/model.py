@@ -273,6 +273,22 @@ class StepOverheads:
         return max(0.0, self.t_draft + self.t_other - self.t_other_per_node * self.reference_nodes)
 
 
+def rule_inputs(cost_model: CostModel | None, overheads: StepOverheads | None,
+                rule: str) -> tuple[CostModel | None, float]:
+    """(The cost curve the budget rule compares, its fixed cost) for a rule.
+
+    The paper's rule (``"paper"``) reads the fitted verification latency C(n, c) and the
+    two constants ``T_draft + T_other``, as its release does; this project's (``"plus"``)
+    charges the measured step excess as the tree grows (:func:`rule_costs`) from the fixed
+    cost at its first knot (:attr:`StepOverheads.fixed`).
+    """
+    if overheads is None:
+        return cost_model, 0.0
+    if rule == "paper":
+        return cost_model, max(0.0, overheads.t_draft + overheads.t_other)
+    return rule_costs(cost_model, overheads), overheads.fixed
+
+
 def rule_costs(cost_model: CostModel | None, overheads: StepOverheads | None) -> CostModel | None:
     """The cost curve the budget rule compares: C(n, c) plus the measured excess's rise past its first knot."""
     if cost_model is None or overheads is None:

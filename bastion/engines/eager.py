@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from bastion.costmodel.model import CostModel, StepOverheads, rule_costs
+from bastion.costmodel.model import CostModel, StepOverheads, rule_inputs
 from bastion.engines.base import check_fits, check_method, emit, prompt_tensor
 from bastion.engines.choice import sync
 from bastion.engines.proposer import Accepted, Draft
@@ -64,10 +64,12 @@ class EagerDecoder:
         overheads: StepOverheads | None = None,
         eagle3: Eagle3Drafter | None = None,
     ) -> None:
-        self.policy = policy or TreePolicy()
-        self.spec = check_method(method, drafter is not None, self.policy, cost_model, overheads, eagle3 is not None)
+        self.spec = check_method(method, drafter is not None, policy or TreePolicy(), cost_model, overheads,
+                                 eagle3 is not None)
+        self.policy = self.spec.tree_policy(policy or TreePolicy(), gpu=target.device.type == "cuda")
         self.target, self.method, self.drafter, self.eagle3 = target, method, drafter, eagle3
-        self.cost_model, self.overheads = rule_costs(cost_model, overheads), overheads
+        self.overheads = overheads
+        self.cost_model, self.fixed_cost = rule_inputs(cost_model, overheads, self.spec.rule or "plus")
         self.proposer = eager_proposer(self.spec.drafter, {"dflash": drafter, "eagle3": eagle3}, target)
         # positions reserved past the generation: the proposer's widest step; AR on a decoder with a
         # DFlash drafter reserves its block too, as the static engine (and a cell's other methods) do
@@ -142,7 +144,8 @@ class EagerDecoder:
         logits = target.logits(vout.hidden[0])  # [n, V]
         td = run.clock()
         proposals = propose(logits, run.temperature, run.generator)
-        order, count = accept(tree, proposals)
+        # the release's lossy walk follows the argmax; the bonus is still the sample at its stop
+        order, count = accept(tree, logits.argmax(dim=-1) if self.spec.lossy and run.temperature > 0 else proposals)
         last = order.gather(0, count.view(1))
         path = tree.tokens[order[1 : min(n, self.block_size)]]
         back = Readback.pack(count, torch.full_like(count, n), path, proposals[last]).tolist()  # one sync
@@ -166,13 +169,13 @@ class EagerDecoder:
             return draft.tree
         if not self.spec.ranked:
             return chain_tree(root, draft.logits.argmax(dim=-1) if draft.logits is not None else root.new_empty(0))
-        # Draft probabilities at the sampling temperature (1 for greedy) feed the surrogate.
-        logq, tok = draft_topk(draft.logits, temperature, topk_width(self.policy, draft.logits.shape[-1]))
-        curve = fixed = None
+        # the surrogate's draft probabilities: the raw logits' (paper) or at the sampling temperature (plus)
+        logq, tok = draft_topk(draft.logits, self.spec.draft_temperature(temperature),
+                               topk_width(self.policy, draft.logits.shape[-1]))
+        curve = None
         if self.policy.budget is None:
             curve = self.cost_model.curve(c, self.policy.n_max, device=draft.logits.device)
-            fixed = self.overheads.fixed
-        return build_tree_topk(root, logq, tok, self.policy, curve, fixed or 0.0, search_hint=hint)
+        return build_tree_topk(root, logq, tok, self.policy, curve, self.fixed_cost, search_hint=hint)
 
 
 class EagerProbe:

@@ -32,7 +32,7 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from bastion.costmodel.model import CostModel, StepOverheads, rule_costs
+from bastion.costmodel.model import CostModel, StepOverheads, rule_inputs
 from bastion.engines.base import check_fits, check_method, emit, prompt_tensor
 from bastion.engines.choice import sync
 from bastion.engines.static_engine import StaticEngine
@@ -81,16 +81,17 @@ class StaticDecoder:
         cost_model: CostModel | None = None,
         overheads: StepOverheads | None = None,
     ) -> None:
-        self.policy = policy or TreePolicy()
-        self.spec = check_method(method, "dflash" in engine.proposers, self.policy, cost_model, overheads,
+        self.spec = check_method(method, "dflash" in engine.proposers, policy or TreePolicy(), cost_model, overheads,
                                  "eagle3" in engine.proposers)
+        self.policy = self.spec.tree_policy(policy or TreePolicy(), gpu=engine.device.type == "cuda")
         if self.spec.ranked and self.policy.limit > engine.n_max:
             raise ValueError(
                 f"the tree may grow to {self.policy.limit} nodes but the static engine "
                 f"was built for n_max={engine.n_max}; build the engine with a larger n_max"
             )
         self.engine, self.method = engine, method
-        self.cost_model, self.overheads = rule_costs(cost_model, overheads), overheads
+        self.overheads = overheads
+        self.cost_model, self.fixed_cost = rule_inputs(cost_model, overheads, self.spec.rule or "plus")
         self.proposer = engine.proposer(self.spec.drafter)
         self.block_size = self.proposer.width
         self.search = AdaptiveSearch(self.policy)
@@ -184,13 +185,18 @@ class StaticDecoder:
         eng, taps = self.engine, self.proposer.name
         eng.runner(("verify", n, kv, run.greedy, taps), lambda: eng.verify(n, kv, run.greedy, taps))
         td = run.clock()
+        lossy = self.spec.lossy and not run.greedy
         if not run.greedy:  # sampling stays eager: the caller's generator drives it
-            eng.buffers.proposals[:n].copy_(propose(eng.logits_buffer()[:n], run.temperature, run.generator))
+            logits, b = eng.logits_buffer()[:n], eng.buffers
+            # the lossy walk follows the argmax and takes its bonus from the samples (Readback: commit)
+            (b.samples if lossy else b.proposals)[:n].copy_(propose(logits, run.temperature, run.generator))
+            if lossy:
+                b.proposals[:n].copy_(logits.argmax(dim=-1))
         te = run.clock()
-        if n == 1 and taps is None:
+        if n == 1 and taps is None and not lossy:
             eng.runner(("commit_root",), eng.commit_root, writes=eng.state())
         else:
-            eng.runner(("commit", n, taps), lambda: eng.steps.commit(n, taps), writes=eng.state())
+            eng.runner(("commit", n, taps, lossy), lambda: eng.steps.commit(n, taps, lossy), writes=eng.state())
         tf = run.clock()
         run.pending = StepStats(0, n, run.context, 0.0, 0.0, 0.0, 0.0, 0.0)
         run.marks.append((run.pending, (*stamps, td, te, tf)))
@@ -234,15 +240,14 @@ class StaticDecoder:
         eng, phase = self.engine, self.engine.tree_phase
         if k != phase.topk:  # views of fixed buffers: re-sliced only when the width changes
             phase.set_topk(k)
-        eng.runner(("select", run.temperature, k), lambda: eng.steps.select(run.temperature))
+        t = self.spec.draft_temperature(run.temperature)  # the surrogate's draft probabilities (MethodSpec)
+        eng.runner(("select", t, k), lambda: eng.steps.select(t))
 
     def _rank(self, m: int) -> int:
         """Rank ``m`` paths through a graph keyed by ``m``; return how many paths exist (known without a read)."""
-        eng, phase, fixed = self.engine, self.engine.tree_phase, self._fixed_cost()
+        eng, phase, fixed = self.engine, self.engine.tree_phase, self.fixed_cost
         got = phase.ranked(m)
         key = ("rank", m, phase.topk, self.policy, id(self.cost_model), fixed)
         eng.runner(key, lambda: phase.rank(m, self.policy, self.cost_model, fixed))
         return got
 
-    def _fixed_cost(self) -> float:
-        return self.overheads.fixed if self.overheads is not None else 0.0

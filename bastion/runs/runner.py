@@ -29,6 +29,7 @@ from bastion.runs.inputs import Inputs, dist
 from bastion.runs.session import Session, drafters
 from bastion.runs.settings import RunSettings
 from bastion.runs.turns import decode_prompt
+from bastion.speculative.methods import method_spec
 from bastion.speculative.policy import TreePolicy
 
 
@@ -44,8 +45,8 @@ class Plan:
 
     @property
     def adaptive(self) -> bool:
-        """BASTION's adaptive rule runs, so the run needs a calibration."""
-        return "bastion" in self.run.methods and self.run.budget is None
+        """A budget rule (BASTION's, in any of its methods) runs adaptively, so the run needs a calibration."""
+        return any(method_spec(m).rule is not None for m in self.run.methods) and self.run.budget is None
 
     @property
     def policy(self) -> TreePolicy:

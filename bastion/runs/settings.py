@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from bastion.data.registry import DEFAULT_SEED
-from bastion.defaults import EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS, METHODS, N_MAX, TOPK
+from bastion.defaults import DEFAULT_METHODS, EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS, N_MAX, TOPK
 from bastion.engines.choice import check_engine, resolve_engine
 from bastion.runs.checks import (
     UsageError,
@@ -41,7 +41,7 @@ class RunSettings:
     model: str
     dataset: str
     draft_model: str | None = None
-    methods: tuple[str, ...] = METHODS
+    methods: tuple[str, ...] = DEFAULT_METHODS  # bastion_lossy only when asked for
     max_samples: int | None = None
     max_new_tokens: int = 2048
     temperature: float = 0.0

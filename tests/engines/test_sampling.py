@@ -177,3 +177,42 @@ def test_the_test_rejects_a_wrong_sampler(wrong_drafts, monkeypatch, fault):
     monkeypatch.setattr(eager, "propose", hot if fault == "hot" else drift)
     outs, _ = _runs(dec, seed=2)
     assert sampling_pvalue(model, outs, q, w) < 1e-4
+
+
+# ---------------------------------------------------------------------------------------
+# bastion_lossy: the release's acceptance at T > 0, an option that is not lossless.
+
+
+def _greedy_steps(model, outs: list[list[int]], steps: list[list[int]]) -> tuple[int, int, int]:
+    """(drafts accepted, of them equal to the target's argmax at their prefix, bonus tokens that are not the argmax)."""
+    drafts = greedy = off_bonus = 0
+    with torch.no_grad():
+        for out, committed in zip(outs, steps):
+            argmax = model(torch.tensor([PROMPT + out])).logits[0, len(PROMPT) - 1 : -1].argmax(-1).tolist()
+            pos = 1  # the prefill emits the first token
+            for a in committed:
+                drafts += a - 1
+                greedy += sum(out[i] == argmax[i] for i in range(pos, pos + a - 1))
+                off_bonus += out[pos + a - 1] != argmax[pos + a - 1]
+                pos += a
+    return drafts, greedy, off_bonus
+
+
+def test_the_lossy_walk_follows_the_argmax_and_samples_its_last_token(pair):
+    """bastion_lossy accepts a draft only where it is the target's argmax and samples the token after
+    the path; lossless BASTION, on the same drafts and seeds, accepts sampled non-argmax drafts too."""
+    model, drafter = pair
+    seen = {}
+    for method in ("bastion_lossy", "bastion"):
+        dec = EagerDecoder(Target(model), method, drafter, TreePolicy(budget=24))
+        outs, steps, gen = [], [], torch.Generator()
+        for r in range(150):
+            res = dec.generate(PROMPT, 12, temperature=1.0, generator=gen.manual_seed(r))
+            outs.append(res.output_ids)
+            steps.append([s.committed for s in res.steps])
+        seen[method] = _greedy_steps(model, outs, steps)
+    drafts, greedy, off_bonus = seen["bastion_lossy"]
+    assert drafts > 100 and greedy == drafts  # every accepted draft is the argmax
+    assert off_bonus > 20  # the last token of a step is sampled, not the argmax
+    drafts, greedy, _ = seen["bastion"]
+    assert drafts > 100 and greedy < drafts  # the lossless walk follows samples

@@ -81,7 +81,8 @@ def test_real_drafters_static_equals_eager(family, block_size, fused):
     engine = recording_engine(target, drafter, max_context=32, n_max=64, fused=fused)  # too small: it must grow
     assert (engine.proposers["dflash"].fused_drafter is not None) == fused  # the drafter's functions too (tests/engines/test_fused_drafter.py)
     gen = torch.Generator().manual_seed(block_size)
-    policies = [("ar", None), ("dflash", None), ("bastion", TreePolicy(n_min=4, n_max=64)), ("bastion", TreePolicy(budget=7))]
+    policies = [("ar", None), ("dflash", None), ("bastion", TreePolicy(n_min=4, n_max=64)), ("bastion", TreePolicy(budget=7)),
+                ("bastion_plus", TreePolicy(n_min=4, n_max=64)), ("bastion_lossy", TreePolicy(n_min=4, n_max=64))]
     for p in range(3):
         prompt = torch.randint(0, 250, (int(torch.randint(1, 30, (1,), generator=gen)),), generator=gen).tolist()
         for method, policy in policies:
@@ -110,7 +111,7 @@ def test_oracle_trees_static_equals_eager(policy):
     for p in range(3):
         prompt = torch.randint(0, 250, (int(torch.randint(2, 25, (1,), generator=gen)),), generator=gen).tolist()
         ref = _ar(target, prompt, 60)
-        for method, hit in (("bastion", 0.5), ("bastion", 0.95), ("dflash", 0.9)):
+        for method, hit in (("bastion", 0.5), ("bastion", 0.95), ("dflash", 0.9), ("bastion_plus", 0.9)):
             kw = dict(reference=ref, prompt_len=len(prompt), hit=hit, seed=p)
             eager = OracleDecoder(target, method, drafter, policy, cm, ov, **kw).generate(prompt, 60)
             engine = oracle_engine(target, drafter, 128, max(policy.limit, 8), **kw)
@@ -149,7 +150,9 @@ def test_sampling_follows_the_same_draws():
     drafter = tiny_drafter(model, block_size=6)
     cm, ov = _cost_model(model)
     engine = StaticEngine(target, drafter, 128, 64)
-    for method, policy in (("ar", None), ("dflash", None), ("bastion", TreePolicy(n_min=4, n_max=64))):
+    adaptive = TreePolicy(n_min=4, n_max=64)
+    for method, policy in (("ar", None), ("dflash", None), ("bastion", adaptive), ("bastion_plus", adaptive),
+                           ("bastion_lossy", adaptive)):
         for seed in range(3):
             outs = []
             for dec in (EagerDecoder(target, method, drafter, policy, cm, ov), StaticDecoder(engine, method, policy, cm, ov)):
