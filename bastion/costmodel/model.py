@@ -254,6 +254,10 @@ class StepOverheads:
     knots' rise as part of each larger tree's cost (:func:`rule_costs`).  Calibrations
     made before the knots load with the older, linear form: ``t_other_per_node`` past
     ``reference_nodes`` (zero when not measured either).
+
+    ``ar_excess`` is what an AR step costs beyond the fitted C(1, c): with it,
+    :meth:`ar_step` is the cost this project's rule weighs a drafted step against when
+    it decides whether to draft at all (None where a file does not say: C(1, c) alone).
     """
 
     t_draft: float
@@ -261,9 +265,14 @@ class StepOverheads:
     t_other_per_node: float = 0.0
     reference_nodes: int = 0
     excess: tuple[tuple[int, float], ...] = ()
+    ar_excess: float | None = None
 
     def __post_init__(self) -> None:  # JSON gives lists; keep tuples so loaded objects compare equal
         object.__setattr__(self, "excess", tuple((int(n), float(t)) for n, t in self.excess))
+
+    def ar_step(self, cost_model: CostModel, c: int) -> float:
+        """Seconds of an AR step (the root alone, no draft) at context ``c``."""
+        return max(float(cost_model.predict(1, c)) + (self.ar_excess or 0.0), 1e-9)
 
     @property
     def fixed(self) -> float:

@@ -86,7 +86,7 @@ def test_end_to_end_schema_and_calibration_reuse(workdir, capsys):
     assert body["fingerprint"]["device_type"] == "cpu" and set(body["cost_model"]["params"]) == set(CostParams.names())
     assert set(body["baselines"]) == {"ar", "dflash"} and all(t > 0 for t in body["baselines"].values())
     # what it covers: --n-min 4, its probe sizes (2, 8 and 32 times n_min) and the grid's contexts
-    assert body["n_min"] == 4 and body["probe_sizes"] == [8, 32, 128]
+    assert body["n_min"] == 4 and body["probe_sizes"] == [2, 8, 32, 128]
     assert body["max_context"] == body["grid"]["c_values"][-1] >= max(r["contexts"][-1] for r in recs)
     # second run: the calibration is reused, not remade
     assert benchmark.main(_args(target, drafter, data, cache, root / "out1b.jsonl", ["--quiet"])) == 0
