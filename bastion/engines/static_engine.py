@@ -16,7 +16,7 @@ One :class:`StaticEngine` wires together, for one target and its drafters:
 A step is six functions, each captured per shape key by :class:`GraphRunner`:
 
     draft   (kv window)       the proposer's forward (DFlash: logits; EAGLE-3: its whole tree)
-    select  (T)               each depth's top-k log-probabilities (trees only)
+    select  (T, shifted)      each depth's top-k log-probabilities (trees only), corrected (bastion_plus at T > 0)
     rank    (m)               best m paths over all depths + the budget rule's node count
     build   (method, n)       the n-node tree: tokens, parents, depths, ancestor matrix
     verify  (n, kv window)    tree mask, target forward, proposals (T = 0) or logits
@@ -55,8 +55,8 @@ from dflash import DFlashDraftModel
 class StepFunctions:
     """The step functions a decoder runs through the graph runner: compiled on the compiled engine's CUDA, else as written."""
 
-    select: Callable[[float], None] | None  # (temperature); None without a DFlash drafter
-    build: Callable[[bool, int], None] | None  # (ranked, n)
+    select: Callable[[float, bool], None] | None  # (temperature, shifted); None without a DFlash drafter
+    build: Callable[[bool, int, bool], None] | None  # (ranked, n, depth mass)
     commit: Callable[[int, str | None, bool], None]  # (n, tap set, lossy)
 
 

@@ -16,7 +16,10 @@ which budget rule sizes a ranked tree (``rule``):
 * ``"plus"``: this project's rule: draft probabilities at the sampling temperature, the
   step excess measured at several tree sizes charged as the tree grows
   (:func:`~bastion.costmodel.model.rule_costs`), the count taken to the better bucket
-  beside it on a GPU and kept as it is on a CPU (no graphs there ask for few shapes);
+  beside it on a GPU and kept as it is on a CPU (no graphs there ask for few shapes),
+  AR steps without the drafter's forward while no tree pays (:mod:`bastion.speculative.gate`),
+  and at T > 0 a correction of its acceptance surrogate learned while decoding
+  (:mod:`bastion.speculative.surrogate`);
 
 and how a verified tree is accepted (``acceptance``): ``"lossless"`` (the target's own
 token at every node, sampled at T > 0: :mod:`bastion.speculative.accept`), or

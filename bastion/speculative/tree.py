@@ -55,6 +55,7 @@ from bastion.speculative.path_rank import top_paths
 from bastion.speculative.policy import TreePolicy
 from bastion.speculative.rule import bucket_pair, bucket_size, count_nodes
 from bastion.speculative.search import AdaptiveSearch
+from bastion.speculative.surrogate import depth_mass
 
 
 @dataclass
@@ -65,6 +66,7 @@ class Tree:
     parents: torch.Tensor  # [n] long; parents[0] == -1
     depths: torch.Tensor  # [n] long; depths[0] == 0
     ancestors: torch.Tensor  # [n, n] bool; row i marks i and all its ancestors
+    mass: list[float] | None = None  # [D] ranked trees: each depth's summed path probability (speculative.surrogate)
 
     @property
     def size(self) -> int:
@@ -172,7 +174,9 @@ def build_tree_topk(
     on_host = logq.device.type == "cpu" and not torch_references_forced()  # the best-first walk
     ranking = (_WalkRanking if on_host else _PathRanking)(logq, policy, cost_curve, fixed_cost)
     n = AdaptiveSearch(policy).count(search_hint, ranking.rank)
-    return ranking.tree(root, tok, n)
+    tree = ranking.tree(root, tok, n)
+    tree.mass = ranking.mass(n)
+    return tree
 
 
 class _WalkRanking:
@@ -188,6 +192,9 @@ class _WalkRanking:
 
     def tree(self, root: torch.Tensor, tok: torch.Tensor, n: int) -> Tree:
         return Tree(*(torch.from_numpy(a) for a in tree_arrays(self.walked, tok.numpy(), int(root), n)))
+
+    def mass(self, n: int) -> list[float]:
+        return depth_mass(self.walked.logp[1:n], self.walked.depths[1:n], self.logq.shape[0])
 
 
 class _PathRanking:
@@ -205,6 +212,9 @@ class _PathRanking:
 
     def tree(self, root: torch.Tensor, tok: torch.Tensor, n: int) -> Tree:
         return paths_tree(root.view(()).to(tok.device), tok, *self.paths[1:], n, self.m + 1)
+
+    def mass(self, n: int) -> list[float]:
+        return depth_mass(self.paths[0][: n - 1].tolist(), self.paths[1][: n - 1].tolist(), self.logq.shape[0])
 
 
 def paths_tree(
