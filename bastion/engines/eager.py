@@ -144,7 +144,7 @@ class EagerDecoder:
     def _step(self, run: _Decode) -> None:
         """Draft, build the tree, verify, accept, commit: one step, its tokens read at once."""
         target, device, c = self.target, self.target.device, run.cache.length
-        drafts = self._drafts(run)
+        drafts = self._drafts(run, first=not run.steps)
         ta = run.clock()
         draft = self.proposer.draft(run.root, c) if drafts else None
         tb = run.clock()
@@ -186,15 +186,17 @@ class EagerDecoder:
                                    drafted=drafts and self.spec.drafts))
 
     @staticmethod
-    def _drafts(run: _Decode) -> bool:
+    def _drafts(run: _Decode, first: bool = False) -> bool:
         """Whether this step drafts (else an AR step, without the drafter's forward: :mod:`bastion.speculative.gate`).
 
-        The gate learns a step's count only after deciding the next step, as on the static
-        engine, which launches a draft before it reads the step before: both take the same steps.
+        A prompt's ``first`` step always drafts, as on the static engine, whose first draft takes in
+        the prompt's features.  The gate learns a step's count only after deciding the next step, as
+        on the static engine, which launches a draft before it reads the step before: both take the
+        same steps.
         """
         if run.gate is None:
             return True
-        drafts = run.gate.drafts()
+        drafts = first or run.gate.drafts()
         if run.unseen is not None:
             run.gate.observe(*run.unseen)
             run.unseen = None

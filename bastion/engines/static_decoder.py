@@ -169,7 +169,9 @@ class StaticDecoder:
     def _step(self, run: _Decode) -> None:
         """Draft and rank, read the previous step back, then build, verify and commit this step's tree."""
         eng = self.engine
-        drafts = run.gate is None or run.gate.drafts()  # else an AR step: no drafter forward (speculative.gate)
+        # else an AR step, without the drafter's forward (speculative.gate); a prompt's first step always
+        # drafts, as its draft takes in the prompt's features
+        drafts = run.gate is None or run.first_step or run.gate.drafts()
         run.shift = self.fit.shift if run.fitting else 0.0
         ta = run.clock()
         if drafts:

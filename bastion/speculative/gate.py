@@ -24,7 +24,8 @@ halves the wait the next stop starts from: one lucky probe among many that do no
 a few drafted steps, not a new series of short waits.
 
 A decoder keeps one gate for all its prompts (:meth:`DraftGate.restart` at each), so what
-one prompt taught carries to the next: at T = 1 on the tiny pair 15 of 575 steps drafted
+one prompt taught carries to the next (a prompt's first step drafts regardless: its draft
+takes in the prompt, and the gate only adds its gain to the window): at T = 1 on the tiny pair 15 of 575 steps drafted
 over eight prompts, most of them on the first.  At T > 0 this makes a prompt's samples
 depend on the prompts the decoder ran before it (which steps draft decides how many
 numbers each step draws); they are exact samples of the target all the same.

@@ -68,12 +68,14 @@ def test_a_useless_drafter_falls_back_to_ar_steps_with_ar_s_tokens(pair):
     runs = {}
     for name in ("eager", "compiled"):
         engine = Engine(name, target, useless, n_max=256)
-        runs[name] = [(_decode(engine, "ar", p, stops, cost), _decode(engine, "bastion_plus", p, stops, cost))
-                      for p in prompts[:2]]
+        # one decoder for every prompt, as a run keeps it: later prompts start in AR steps
+        plus = engine.decoder("bastion_plus", TreePolicy(n_min=16, n_max=256), cost, OVERHEADS)
+        runs[name] = [(_decode(engine, "ar", p, stops, cost), plus.generate(p, NEW, 0.0, stops)) for p in prompts]
     for ar, plus in runs["eager"]:
         assert plus.output_ids == ar.output_ids
         assert sum(not s.drafted for s in plus.steps) > 0.7 * len(plus.steps)  # mostly AR steps
         assert all(s.tree_size == 1 for s in plus.steps if not s.drafted)
+    assert runs["eager"][-1][1].steps[0].drafted  # a prompt's first draft takes in its prompt, whatever the gate
     for (_, eager), (_, static) in zip(runs["eager"], runs["compiled"]):  # the engines take the same steps
         assert static.output_ids == eager.output_ids
         assert [(s.tree_size, s.committed, s.drafted) for s in static.steps] == \
