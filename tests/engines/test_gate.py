@@ -2,7 +2,7 @@
 drafter that never pays it falls back to AR steps and still emits AR's tokens, on every engine.
 
 The costs are a CPU calibration's (the 2-core machine's, rounded): an AR step about 10 ms, a
-drafted step of ten nodes about 24 ms, so drafting pays from about 2.4 committed tokens a step.
+drafted step of ten nodes about 26 ms, so drafting pays from about 2.6 committed tokens a step.
 """
 
 from __future__ import annotations
