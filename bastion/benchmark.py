@@ -19,7 +19,18 @@ import sys
 from typing import Any, Sequence
 
 from bastion.data import registry as datasets
-from bastion.defaults import EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS, METHODS, N_MAX, N_MIN, N_MIN_CPU, TOPK
+from bastion.defaults import (
+    DEFAULT_METHODS,
+    EAGLE3_DEPTH,
+    EAGLE3_TOPK,
+    EAGLE3_TOTAL_TOKENS,
+    METHODS,
+    N_MAX,
+    N_MIN,
+    N_MIN_CPU,
+    N_MIN_PLUS_CPU,
+    TOPK,
+)
 from bastion.engines.choice import ENGINE_CHOICES
 from bastion.models import registry as models
 from bastion.runs.checks import parse_methods, parse_shard
@@ -49,8 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"])
     p.add_argument("--methods", default=None,
-                   help=f"comma list of {', '.join(METHODS)} (default: all; eagle3 only when --model has a "
-                        "registered EAGLE-3 head or --eagle3-model is given)")
+                   help=f"comma list of {', '.join(METHODS)} (default: {','.join(DEFAULT_METHODS)}; eagle3 only "
+                        "when --model has a registered EAGLE-3 head or --eagle3-model is given).  bastion: the paper's "
+                        "budget rule as its release runs it; bastion_plus: this project's rule (its own tree sizes "
+                        "on a CPU, AR steps while no tree pays); bastion_lossy: the paper's rule with the release's "
+                        "acceptance at T > 0, argmax match and a sampled last token, which is not lossless (opt-in)")
     p.add_argument("--output", default=None, help="write one JSON record per (prompt, turn, method) to this .jsonl")
     p.add_argument("--cache-dir", default="cache", help="calibration (and prepared dataset) cache directory")
     p.add_argument("--attn-impl", default="sdpa", choices=["sdpa", "eager"])
@@ -59,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "step by step; static: preallocated buffers and CUDA graphs; compiled: static with "
                         "torch.compile'd layers")
     p.add_argument("--n-min", type=_n_min, default="auto",
-                   help=f"BASTION: minimum tree size and bucket width (auto: {N_MIN} on a GPU, {N_MIN_CPU} on a CPU)")
+                   help=f"BASTION: minimum tree size and bucket width (auto: {N_MIN} on a GPU, {N_MIN_CPU} on a CPU); "
+                        f"bastion_plus on a CPU grows its trees from {N_MIN_PLUS_CPU} node in steps of one")
     p.add_argument("--n-max", type=int, default=N_MAX, help="BASTION: maximum tree size")
     p.add_argument("--topk", type=int, default=TOPK, help="BASTION: candidate tokens per depth (<= 128)")
     p.add_argument("--budget", type=int, default=None, help="BASTION: fixed tree size instead of the adaptive rule")
@@ -93,7 +108,7 @@ def run_from_args(args: argparse.Namespace) -> DecodeRun:
     fields.pop("backend")
     if fields["methods"] is None:  # every method this pair can run
         has_head = models.resolve_eagle3(fields["model"], fields["eagle3_model"]) is not None
-        fields["methods"] = tuple(m for m in METHODS if m != "eagle3" or has_head)
+        fields["methods"] = tuple(m for m in DEFAULT_METHODS if m != "eagle3" or has_head)
     fields["methods"] = parse_methods(fields["methods"])
     fields["shard"] = parse_shard(fields["shard"])
     return DecodeRun(**fields)

@@ -11,8 +11,12 @@ import os
 from typing import Any
 
 # Decoding methods, in the order they run on a prompt: AR first, since later turns of a
-# multi-turn prompt reuse AR's answer as history.
-METHODS: tuple[str, ...] = ("ar", "eagle3", "dflash", "bastion")
+# multi-turn prompt reuse AR's answer as history.  ``bastion`` is the paper's budget rule
+# as its release runs it; ``bastion_plus`` this project's rule (speculative/methods.py says
+# what it changes); ``bastion_lossy`` the paper's rule with the release's acceptance at
+# T > 0 (argmax match, sampled last token), which is not lossless: run only when asked.
+METHODS: tuple[str, ...] = ("ar", "eagle3", "dflash", "bastion", "bastion_plus", "bastion_lossy")
+DEFAULT_METHODS: tuple[str, ...] = ("ar", "eagle3", "dflash", "bastion", "bastion_plus")
 BASELINE = "ar"
 
 # BASTION's tree policy (the paper's values; n_min is sized for GPUs, where a verification
@@ -24,6 +28,12 @@ N_MIN = 32
 # of at least 16 were as fast or faster (1.17-1.25x DFlash against 1.17-1.20x) and accepted
 # 0.3-0.5 more tokens a step (docs/performance.md, "Why trees of 16 nodes on a CPU").
 N_MIN_CPU = 16
+# bastion_plus on a CPU: no graphs ask for few tree shapes, so its trees take the rule's
+# count itself (granularity 1) from a floor of one node.  The rule's test at n = 1 is the
+# same inequality as at any n, and on the tiny pair the surrogate is calibrated at every
+# size (P(n) / observed 1.00-1.02, docs/performance.md), so a higher floor would only add
+# nodes the rule judged worth less than their cost.
+N_MIN_PLUS_CPU = 1
 N_MAX = 8192
 TOPK = 128  # candidate tokens per depth; the path-ranking layout allows at most this many
 TOPK_LIMIT = 128

@@ -47,7 +47,7 @@ def decoder_for(engine: Engine, variant: str, cal: Calibration):
     if kind == "nmin":
         policy = TreePolicy(n_min=int(value), n_max=max(int(value), cal.max_s))
     elif kind == "free":
-        policy = TreePolicy(n_min=int(value), n_max=max(int(value), cal.max_s), bucket=False)
+        policy = TreePolicy(n_min=int(value), n_max=max(int(value), cal.max_s), rounding=None)
     elif kind == "fixed":
         policy = TreePolicy(budget=int(value))
     else:

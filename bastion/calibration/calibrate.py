@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from bastion.engines.factory import Engine
 
 PROBE_TOKENS = 128  # length of the overhead probe prompt
+BASELINE_STEPS = 24  # steps of the AR and DFlash baseline runs
 
 Log = Callable[[str], None]
 
@@ -44,16 +45,29 @@ def probe_prompt(vocab_size: int, seed: int = 0) -> list[int]:
     return [rng.randrange(2, int(vocab_size)) for _ in range(PROBE_TOKENS)]
 
 
-def overhead_budgets(policy: TreePolicy) -> tuple[int, ...]:
-    """The probe's tree sizes: two buckets (a typical small step), then 8 and 32 buckets, capped at ``n_max``.
+SMALL_TREES = (2, 8)  # probe sizes added on a CPU, where bastion_plus's trees grow from one node
+
+
+def overhead_budgets(policy: TreePolicy, gpu: bool = True) -> tuple[int, ...]:
+    """The probe's tree sizes: two buckets (a typical small step), then 8 and 32 buckets, capped at ``n_max``;
+    on a CPU also :data:`SMALL_TREES`.
 
     Three sizes because the excess need not be a line: on an H200, measured at 16 and 64
     nodes only, the tiny pair's growth came out too small for the ~160-node trees the
-    rule then built (docs/performance.md).  The probe skips sizes the rule could not
-    reach (:func:`~bastion.calibration.overheads.profile_overheads`).
+    rule then built (docs/performance.md).  On a CPU this project's rule sizes trees from
+    one node, below the buckets, so the excess is measured there too rather than
+    extrapolated down from two buckets.  The probe skips sizes the rule could not reach
+    (:func:`~bastion.calibration.overheads.profile_overheads`).
     """
     sizes = [min(k * policy.n_min, policy.n_max) for k in (2, 8, 32)]
+    if not gpu:
+        sizes += [min(n, policy.n_max) for n in SMALL_TREES]
     return tuple(sorted(set(sizes)))
+
+
+def reference_size(policy: TreePolicy) -> int:
+    """The probe size whose ``T_draft`` and ``T_other`` the calibration reports: two buckets."""
+    return min(2 * policy.n_min, policy.n_max)
 
 
 def device_peaks(device: torch.device, dtype: torch.dtype, log: Log = print) -> HardwarePeaks:
@@ -88,13 +102,18 @@ def profile_steps(engine: Engine, policy: TreePolicy, cost: CostModel, *, seed: 
     """Part 3: T_draft and the step excess at :func:`overhead_budgets`, then AR's and DFlash's steps.
 
     ``engine`` carries the DFlash drafter that makes the probe; at ``temperature`` > 0
-    the runs sample, so the excess includes the per-node sampling.
+    the runs sample, so the excess includes the per-node sampling.  AR's step less the
+    fitted C(1, c) at the probe's contexts becomes :attr:`StepOverheads.ar_excess`.
     """
     prompt = probe_prompt(engine.target.config.vocab_size, seed)
+    gpu = engine.target.device.type == "cuda"
     overheads = profile_overheads(lambda n: engine.decoder("bastion", replace(policy, budget=n)),
-                                  overhead_budgets(policy), prompt, temperature=temperature, cost_model=cost)
+                                  overhead_budgets(policy, gpu), prompt, temperature=temperature, cost_model=cost,
+                                  reference=reference_size(policy))
+    baselines = profile_baselines(lambda m: engine.decoder(m), prompt, steps=BASELINE_STEPS, temperature=temperature)
+    # the AR runs' contexts: the prompt, then one more token a step
+    overheads = replace(overheads, ar_excess=baselines["ar"] - float(cost.predict(1, len(prompt) + BASELINE_STEPS // 2)))
     log(f"[calibrate] {describe_overheads(overheads)}")
-    baselines = profile_baselines(lambda m: engine.decoder(m), prompt, temperature=temperature)
     log(f"[calibrate] {describe_baselines(baselines)}")
     return overheads, baselines
 
@@ -124,10 +143,11 @@ def calibrate(
     overheads, baselines = profile_steps(engine, policy, cost, seed=seed, temperature=temperature, log=log)
     return Calibration(model=model, fingerprint=fingerprint, cost_model=cost, overheads=overheads, report=report,
                        grid=asdict(grid), points=rows, seconds=time.perf_counter() - t0,
-                       temperature=float(temperature), baselines=baselines, **coverage(policy, grid.c_values))
+                       temperature=float(temperature), baselines=baselines,
+                       **coverage(policy, grid.c_values, target.device.type == "cuda"))
 
 
-def coverage(policy: TreePolicy, c_values: Sequence[int]) -> dict[str, Any]:
+def coverage(policy: TreePolicy, c_values: Sequence[int], gpu: bool) -> dict[str, Any]:
     """What a calibration covers, recorded in its file: the ``n_min`` and the probe sizes of its
     step overheads, and the largest context of its latency grid."""
-    return {"n_min": policy.n_min, "probe_sizes": overhead_budgets(policy), "max_context": int(max(c_values))}
+    return {"n_min": policy.n_min, "probe_sizes": overhead_budgets(policy, gpu), "max_context": int(max(c_values))}

@@ -43,8 +43,8 @@ class Grid:
     def named(cls, name: str) -> "Grid":
         if name == "paper":  # DESIGN section 3: s 16..512 step 16, c 64..2048 in powers of two
             return cls(tuple(range(16, 513, 16)), tuple(64 << i for i in range(6)), tail_s=(1024, 2048, 4096, 8192))
-        if name == "small":  # CPUs: small models, trees rarely pass 64 nodes; dense where they live
-            s = (*range(8, 65, 8), 80, 96, 112, 128)
+        if name == "small":  # CPUs: small models, trees rarely pass 64 nodes; dense where they live, from AR's one
+            s = (1, 2, 4, *range(8, 65, 8), 80, 96, 112, 128)
             return cls(s, tuple(64 << i for i in range(5)), warmup=1, repeats=1, tail_s=(192, 256), rounds=3)
         if name == "tiny":  # tests
             return cls((2, 4, 8, 12, 16), (16, 32, 64), warmup=1, repeats=2, holdout_every=4)

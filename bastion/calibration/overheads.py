@@ -19,28 +19,34 @@ REACH = 3.0  # a probe size is skipped once its fitted verification alone costs 
 
 
 def profile_overheads(decoder_for: Callable[[int], Decoder], budgets: Sequence[int], prompt_ids: Sequence[int],
-                      steps: int = 24, temperature: float = 0.0, cost_model: CostModel | None = None) -> StepOverheads:
+                      steps: int = 24, temperature: float = 0.0, cost_model: CostModel | None = None,
+                      reference: int | None = None) -> StepOverheads:
     """Steady-state ``T_draft`` and the excess knots (see :class:`StepOverheads`) from fixed-budget BASTION runs.
 
-    ``decoder_for(n)`` makes a decoder with trees of ``n`` nodes.  ``T_draft`` and
-    ``T_other`` are reported at ``budgets[0]``; every budget adds a knot.  With
-    ``cost_model`` a knot is ``T_other`` plus verification's time in decoding less the
-    model's C(n, c) at each step's context; without it, ``T_other`` alone.  Knots never
-    fall (a later one is raised to the earlier), so the rule's curve keeps rising.
-    A size whose fitted verification alone would cost ``REACH`` times a step at the
-    first size is not run: no tree the rule could justify gets there.  At
-    ``temperature`` > 0 the runs sample, so the excess includes the per-node sampling
-    the decoders do outside the verification forward.
+    ``decoder_for(n)`` makes a decoder with trees of ``n`` nodes; ``budgets`` ascend.
+    ``T_draft`` and ``T_other`` are reported at ``reference`` (default: the first budget),
+    the paper's rule's constants; every budget adds a knot.  With ``cost_model`` a knot is
+    ``T_other`` plus verification's time in decoding less the model's C(n, c) at each
+    step's context; without it, ``T_other`` alone.  Knots never fall (a later one is
+    raised to the earlier), so the rule's curve keeps rising.  A size above the reference
+    whose fitted verification alone would cost ``REACH`` times a step at the reference is
+    not run: no tree the rule could justify gets there.  At ``temperature`` > 0 the runs
+    sample, so the excess includes the per-node sampling the decoders do outside the
+    verification forward.
     """
+    ref = budgets[0] if reference is None else reference
+    if ref not in budgets:
+        raise ValueError(f"the reference size {ref} is not among the probe sizes {tuple(budgets)}")
     knots: list[tuple[int, float]] = []
     draft = other = 0.0
-    for i, n in enumerate(budgets):
-        if knots and cost_model is not None and _out_of_reach(cost_model, n, budgets[0], draft + knots[0][1]):
+    rest = None  # a step's cost besides C(n) at the reference size, once measured
+    for n in budgets:
+        if rest is not None and n > ref and cost_model is not None and _out_of_reach(cost_model, n, ref, rest):
             break
-        d, o, e = _medians(decoder_for(n), prompt_ids, steps if i == 0 else max(steps // 2, 4), temperature,
+        d, o, e = _medians(decoder_for(n), prompt_ids, steps if n == ref else max(steps // 2, 4), temperature,
                            cost_model)
-        if i == 0:
-            draft, other = d, o
+        if n == ref:
+            draft, other, rest = d, o, d + e
         knots.append((int(n), max(e, knots[-1][1]) if knots else e))
     return StepOverheads(t_draft=draft, t_other=other, excess=tuple(knots))
 
@@ -83,9 +89,10 @@ def describe_baselines(baselines: dict[str, float]) -> str:
 
 
 def describe_overheads(ov: StepOverheads) -> str:
-    """One log line: T_draft, T_other and the excess at each probed size."""
+    """One log line: T_draft, T_other, the excess at each probed size and an AR step's over C(1)."""
     knots = ", ".join(f"{n}: {t * 1e3:.3f}" for n, t in ov.excess) or "not measured"
-    return f"T_draft {ov.t_draft * 1e3:.3f} ms, T_other {ov.t_other * 1e3:.3f} ms; step excess (nodes: ms) {knots}"
+    ar = "" if ov.ar_excess is None else f"; AR step excess {ov.ar_excess * 1e3:.3f} ms"
+    return f"T_draft {ov.t_draft * 1e3:.3f} ms, T_other {ov.t_other * 1e3:.3f} ms; step excess (nodes: ms) {knots}{ar}"
 
 
 def _out_of_reach(cost_model: CostModel, n: int, first: int, first_rest: float) -> bool:

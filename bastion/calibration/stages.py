@@ -115,13 +115,14 @@ def profile_constants(out: str, model_name: str, model_json: str, latency_json: 
     drafter = models.load_drafter(paths["drafter"], dt, dev)
     models.check_pair(target, drafter, paths["target"], paths["drafter"])
     policy = TreePolicy(n_min=n_min, n_max=n_max)
-    eng = Engine(engine, target, drafter, n_max=max(overhead_budgets(policy)),
+    gpu = dev.type == "cuda"
+    eng = Engine(engine, target, drafter, n_max=max(overhead_budgets(policy, gpu)),
                  max_context=len(probe_prompt(target.config.vocab_size, seed)) + 4 * n_min + 64)
     temperature = float(lat.get("temperature", 0.0))
     overheads, baselines = profile_steps(eng, policy, cost, seed=seed, temperature=temperature)
     cal = Calibration(model=model_name, fingerprint=fp_now, cost_model=cost, overheads=overheads, report=lat["report"],
                       grid=lat["grid"], points=lat["points"], temperature=temperature, baselines=baselines,
-                      **coverage(policy, lat["grid"]["c_values"]))
+                      **coverage(policy, lat["grid"]["c_values"], gpu))
     cal.save(out)
     return cal
 

@@ -254,6 +254,10 @@ class StepOverheads:
     knots' rise as part of each larger tree's cost (:func:`rule_costs`).  Calibrations
     made before the knots load with the older, linear form: ``t_other_per_node`` past
     ``reference_nodes`` (zero when not measured either).
+
+    ``ar_excess`` is what an AR step costs beyond the fitted C(1, c): with it,
+    :meth:`ar_step` is the cost this project's rule weighs a drafted step against when
+    it decides whether to draft at all (None where a file does not say: C(1, c) alone).
     """
 
     t_draft: float
@@ -261,9 +265,14 @@ class StepOverheads:
     t_other_per_node: float = 0.0
     reference_nodes: int = 0
     excess: tuple[tuple[int, float], ...] = ()
+    ar_excess: float | None = None
 
     def __post_init__(self) -> None:  # JSON gives lists; keep tuples so loaded objects compare equal
         object.__setattr__(self, "excess", tuple((int(n), float(t)) for n, t in self.excess))
+
+    def ar_step(self, cost_model: CostModel, c: int) -> float:
+        """Seconds of an AR step (the root alone, no draft) at context ``c``."""
+        return max(float(cost_model.predict(1, c)) + (self.ar_excess or 0.0), 1e-9)
 
     @property
     def fixed(self) -> float:
@@ -271,6 +280,22 @@ class StepOverheads:
         if self.excess:
             return max(0.0, self.t_draft + self.excess[0][1])
         return max(0.0, self.t_draft + self.t_other - self.t_other_per_node * self.reference_nodes)
+
+
+def rule_inputs(cost_model: CostModel | None, overheads: StepOverheads | None,
+                rule: str) -> tuple[CostModel | None, float]:
+    """(The cost curve the budget rule compares, its fixed cost) for a rule.
+
+    The paper's rule (``"paper"``) reads the fitted verification latency C(n, c) and the
+    two constants ``T_draft + T_other``, as its release does; this project's (``"plus"``)
+    charges the measured step excess as the tree grows (:func:`rule_costs`) from the fixed
+    cost at its first knot (:attr:`StepOverheads.fixed`).
+    """
+    if overheads is None:
+        return cost_model, 0.0
+    if rule == "paper":
+        return cost_model, max(0.0, overheads.t_draft + overheads.t_other)
+    return rule_costs(cost_model, overheads), overheads.fixed
 
 
 def rule_costs(cost_model: CostModel | None, overheads: StepOverheads | None) -> CostModel | None:

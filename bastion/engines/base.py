@@ -12,8 +12,10 @@ from typing import Callable, Iterable, Protocol, Sequence, runtime_checkable
 
 import torch
 
+from bastion.costmodel.model import CostModel, StepOverheads
 from bastion.models.target import Target
 from bastion.results.generation import GenerationResult
+from bastion.speculative.gate import DraftGate
 from bastion.speculative.methods import MethodSpec, method_spec
 from bastion.speculative.policy import TreePolicy
 
@@ -73,6 +75,20 @@ def check_method(method: str, has_drafter: bool, policy: TreePolicy, cost_model,
     if spec.ranked and policy.budget is None and (cost_model is None or overheads is None):
         raise ValueError("adaptive BASTION needs a calibrated cost model and step overheads (or a fixed budget)")
     return spec
+
+
+def draft_gate(spec: MethodSpec, policy: TreePolicy, cost_model: CostModel | None, rule_model: CostModel | None,
+               fixed_cost: float, overheads: StepOverheads | None) -> DraftGate | None:
+    """A decode's :class:`DraftGate` for a method that skips drafts while no tree pays (None: it always drafts).
+
+    An AR step costs :meth:`StepOverheads.ar_step`; a drafted step of ``n`` nodes the
+    rule's own fixed cost and curve at ``n`` (``rule_model``, the fitted ``cost_model`` with
+    the step excess).  A fixed budget, or a decoder without a calibration, always drafts.
+    """
+    if not spec.skips_drafts or policy.budget is not None or cost_model is None or overheads is None:
+        return None
+    return DraftGate(lambda c: overheads.ar_step(cost_model, c),
+                     lambda n, c: fixed_cost + rule_model.curve_at(c, policy.n_max)[n])
 
 
 def check_fits(target: Target, prompt_len: int, max_new_tokens: int, block: int) -> None:

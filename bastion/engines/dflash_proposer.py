@@ -36,7 +36,12 @@ def _checked(drafter: DFlashDraftModel) -> DFlashDraftModel:
 
 
 class EagerDFlash:
-    """The drafter with its own growing cache, drafting each step from the features accepted so far."""
+    """The drafter with its own growing cache, drafting each step from the features accepted since its last draft.
+
+    Those are the last step's accepted nodes, or, after steps that did not draft (this
+    project's rule falling back to AR steps), every step's since: the next draft takes
+    them all in, as the first draft takes the whole prompt's.
+    """
 
     def __init__(self, drafter: DFlashDraftModel, target: Target) -> None:
         self.drafter, self.target = _checked(drafter), target
@@ -48,7 +53,9 @@ class EagerDFlash:
         self.features, self.positions = features, torch.arange(ids.shape[1], device=ids.device)  # [1, P, F], [P]
 
     def draft(self, root: torch.Tensor, context: int) -> Draft:
-        return Draft(logits=self.logits(root, context))
+        logits = self.logits(root, context)
+        self.features = self.positions = None  # in the drafter's cache now
+        return Draft(logits=logits)
 
     def logits(self, root: torch.Tensor, c: int) -> torch.Tensor:
         """Draft logits [b - 1, V] for depths 1..b-1 of the block starting at position ``c``."""
@@ -60,8 +67,11 @@ class EagerDFlash:
         return self.target.logits(h[0, 1:])
 
     def accepted(self, step: Accepted) -> None:
-        self.features = step.features[:, step.keep]
-        self.positions = torch.arange(step.context, step.context + step.keep.shape[0], device=step.keep.device)
+        features = step.features[:, step.keep]  # [1, a + 1, F]
+        positions = torch.arange(step.context, step.context + step.keep.shape[0], device=step.keep.device)
+        if self.features is not None:  # a step without a draft: its features wait for the next one
+            features, positions = torch.cat([self.features, features], 1), torch.cat([self.positions, positions])
+        self.features, self.positions = features, positions
 
 
 class StaticDFlash:
@@ -93,6 +103,7 @@ class StaticDFlash:
         vocab = int(self.target.lm_head.weight.shape[0])
         self.draft_out = torch.zeros(b - 1, vocab, dtype=dtype, device=dev)
         self.block_ids = torch.full((b,), int(d.mask_token_id), dtype=torch.long, device=dev)
+        self.backlog: list[torch.Tensor] = []  # [1, r, F] context rows of steps without a draft, in order
 
     def window(self, committed: int) -> int:
         """The drafter's attention window when the host has read ``committed`` tokens.
@@ -106,12 +117,24 @@ class StaticDFlash:
     def first(self, run: GraphRunner, ids: torch.Tensor, first: torch.Tensor, features: torch.Tensor | None) -> None:
         """The first draft takes in the whole prompt's features: a one-off shape, eager."""
         prompt_len = ids.shape[1]
+        self.backlog = []
         self.pend_count.fill_(prompt_len)
         self.draft(self.window(prompt_len), features)
 
     def step(self, run: GraphRunner, committed: int) -> None:
         kv = self.window(committed)  # the context grows by at most a block a step
+        if self.backlog:  # steps without a draft went before: a one-off catch-up, eager like the first draft
+            feats = torch.cat([*self.backlog, self.pend[:, :1]], dim=1)  # [1, W, F]; the last step was an AR step
+            self.backlog = []
+            self.pend_count.fill_(feats.shape[1])
+            self.draft(kv, feats)
+            return
         run(("draft", kv), lambda: self.draft(kv, self.pend))
+
+    def hold(self, rows: int) -> None:
+        """Keep the first ``rows`` of the next draft's context rows: a step without a draft is about to
+        overwrite them, and the next draft must take them in (this project's rule's AR steps)."""
+        self.backlog.append(self.pend[:, :rows].clone())
 
     def draft(self, kv: int, feats: torch.Tensor) -> None:
         """Drafter forward for the block at the committed length; ``feats`` [1, W, F] enter its context first."""

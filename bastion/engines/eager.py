@@ -19,8 +19,8 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from bastion.costmodel.model import CostModel, StepOverheads, rule_costs
-from bastion.engines.base import check_fits, check_method, emit, prompt_tensor
+from bastion.costmodel.model import CostModel, StepOverheads, rule_inputs
+from bastion.engines.base import check_fits, check_method, draft_gate, emit, prompt_tensor
 from bastion.engines.choice import sync
 from bastion.engines.proposer import Accepted, Draft
 from bastion.engines.proposers import eager_proposer
@@ -28,8 +28,10 @@ from bastion.models.eagle3 import Eagle3Drafter
 from bastion.models.target import Target
 from bastion.results.generation import GenerationResult, StepStats
 from bastion.speculative.accept import Readback, accept, propose
+from bastion.speculative.gate import DraftGate
+from bastion.speculative.surrogate import SurrogateFit
 from bastion.speculative.policy import TreePolicy
-from bastion.speculative.tree import Tree, build_tree_topk, chain_tree, draft_topk, topk_width
+from bastion.speculative.tree import Tree, build_tree_topk, chain_tree, draft_topk, root_tree, topk_width
 from dflash import DFlashDraftModel
 
 
@@ -45,6 +47,9 @@ class _Decode:
     cache: object  # the target's growing KV cache
     root: torch.Tensor  # 0-d: the last committed token, not yet seen by the target
     hint: int  # about twice the last tree: where the adaptive search starts
+    gate: DraftGate | None = None  # whether a step drafts (this project's rule; None: every step does)
+    unseen: tuple | None = None  # the last drafted step's (committed, nodes, context), for the gate after the next decision
+    learning: tuple | None = None  # the last drafted tree's (depth mass, accepted, shift), for the surrogate's fit
     output: list[int] = field(default_factory=list)
     steps: list[StepStats] = field(default_factory=list)
     done: bool = False
@@ -64,10 +69,16 @@ class EagerDecoder:
         overheads: StepOverheads | None = None,
         eagle3: Eagle3Drafter | None = None,
     ) -> None:
-        self.policy = policy or TreePolicy()
-        self.spec = check_method(method, drafter is not None, self.policy, cost_model, overheads, eagle3 is not None)
+        self.spec = check_method(method, drafter is not None, policy or TreePolicy(), cost_model, overheads,
+                                 eagle3 is not None)
+        self.policy = self.spec.tree_policy(policy or TreePolicy(), gpu=target.device.type == "cuda")
         self.target, self.method, self.drafter, self.eagle3 = target, method, drafter, eagle3
-        self.cost_model, self.overheads = rule_costs(cost_model, overheads), overheads
+        self.overheads = overheads
+        self.cost_model, self.fixed_cost = rule_inputs(cost_model, overheads, self.spec.rule or "plus")
+        # whether a step drafts, and the surrogate's correction at T > 0, learned over every prompt this
+        # decoder runs (this project's adaptive rule; None: every step drafts, the surrogate as drafted)
+        self.gate = draft_gate(self.spec, self.policy, cost_model, self.cost_model, self.fixed_cost, overheads)
+        self.fit = SurrogateFit() if self.gate is not None else None
         self.proposer = eager_proposer(self.spec.drafter, {"dflash": drafter, "eagle3": eagle3}, target)
         # positions reserved past the generation: the proposer's widest step; AR on a decoder with a
         # DFlash drafter reserves its block too, as the static engine (and a cell's other methods) do
@@ -106,6 +117,8 @@ class EagerDecoder:
         t1 = time.perf_counter()
         while not run.done:
             self._step(run)
+        if run.gate is not None:  # as the static engine: a decision past the last step (its draft is dropped), then
+            self._drafts(run)  # the last step's count; so both engines' gates go through the same states
         sync(device)
         t2 = time.perf_counter()
         return GenerationResult(run.output, prompt_len, t1 - t0, t2 - t1, run.stop_reason, run.steps)
@@ -119,7 +132,10 @@ class EagerDecoder:
                              features=bool(self.proposer.layer_ids))
         first = propose(target.logits(out.hidden[0, -1:]), temperature, generator)  # [1]
         self.proposer.start(ids, first, out.features)
-        run = _Decode(max_new_tokens, stops, temperature, generator, clock, cache, first[0], 2 * self.policy.n_min)
+        if self.gate is not None:
+            self.gate.restart()
+        run = _Decode(max_new_tokens, stops, temperature, generator, clock, cache, first[0], 2 * self.policy.n_min,
+                      self.gate)
         run.output.append(int(first.item()))
         run.stop_reason = "stop_token" if run.output[0] in stops else "max_new_tokens"
         run.done = run.output[0] in stops or len(run.output) >= max_new_tokens
@@ -128,12 +144,17 @@ class EagerDecoder:
     def _step(self, run: _Decode) -> None:
         """Draft, build the tree, verify, accept, commit: one step, its tokens read at once."""
         target, device, c = self.target, self.target.device, run.cache.length
+        drafts = self._drafts(run, first=not run.steps)
         ta = run.clock()
-        draft = self.proposer.draft(run.root, c)
+        draft = self.proposer.draft(run.root, c) if drafts else None
         tb = run.clock()
-        tree = self._tree(run.root, draft, c, run.temperature, run.hint)
+        shift = self.fit.shift if self.fit is not None and run.temperature > 0 else None
+        tree = self._tree(run.root, draft, c, run.temperature, run.hint, shift) if drafts else root_tree(run.root)
+        if run.learning is not None:  # the last drafted tree's outcome, once this step's tree is set (as static)
+            self.fit.observe(*run.learning)
+            run.learning = None
         n = tree.size
-        run.hint = 2 * n
+        run.hint = 2 * n if drafts else run.hint
         tc = run.clock()
         mask = torch.ones(1, 1, n, c + n, dtype=torch.bool, device=device)
         mask[0, 0, :, c:] = tree.ancestors
@@ -142,7 +163,8 @@ class EagerDecoder:
         logits = target.logits(vout.hidden[0])  # [n, V]
         td = run.clock()
         proposals = propose(logits, run.temperature, run.generator)
-        order, count = accept(tree, proposals)
+        # the release's lossy walk follows the argmax; the bonus is still the sample at its stop
+        order, count = accept(tree, logits.argmax(dim=-1) if self.spec.lossy and run.temperature > 0 else proposals)
         last = order.gather(0, count.view(1))
         path = tree.tokens[order[1 : min(n, self.block_size)]]
         back = Readback.pack(count, torch.full_like(count, n), path, proposals[last]).tolist()  # one sync
@@ -155,24 +177,49 @@ class EagerDecoder:
         if ended is not None:
             run.done, run.stop_reason = True, ended
         run.root = proposals[last[0]]
+        if drafts and run.gate is not None:
+            run.unseen = (back[Readback.COUNT] + 1, n, c)
+            run.learning = None if shift is None else (tree.mass, back[Readback.COUNT], shift)
         tf = run.clock()
         # only the tokens emitted count: a stop token or max_new_tokens may cut the step
-        run.steps.append(StepStats(len(run.output) - before, n, c, tb - ta, tc - tb, td - tc, te - td, tf - te))
+        run.steps.append(StepStats(len(run.output) - before, n, c, tb - ta, tc - tb, td - tc, te - td, tf - te,
+                                   drafted=drafts and self.spec.drafts))
 
-    def _tree(self, root: torch.Tensor, draft: Draft, c: int, temperature: float, hint: int) -> Tree:
+    @staticmethod
+    def _drafts(run: _Decode, first: bool = False) -> bool:
+        """Whether this step drafts (else an AR step, without the drafter's forward: :mod:`bastion.speculative.gate`).
+
+        A prompt's ``first`` step always drafts, as on the static engine, whose first draft takes in
+        the prompt's features.  The gate learns a step's count only after deciding the next step, as
+        on the static engine, which launches a draft before it reads the step before: both take the
+        same steps.
+        """
+        if run.gate is None:
+            return True
+        drafts = first or run.gate.drafts()
+        if run.unseen is not None:
+            run.gate.observe(*run.unseen)
+            run.unseen = None
+        return drafts
+
+    def _tree(self, root: torch.Tensor, draft: Draft, c: int, temperature: float, hint: int,
+              shift: float | None = None) -> Tree:
         """The step's tree: the one the proposer drafted, a chain of its greedy draft (the root alone
-        without one), or the budget rule's best ranked paths."""
+        without one), or the budget rule's best ranked paths (``shift``: the surrogate's correction, added
+        to every depth's draft log-probabilities)."""
         if draft.tree is not None:
             return draft.tree
         if not self.spec.ranked:
             return chain_tree(root, draft.logits.argmax(dim=-1) if draft.logits is not None else root.new_empty(0))
-        # Draft probabilities at the sampling temperature (1 for greedy) feed the surrogate.
-        logq, tok = draft_topk(draft.logits, temperature, topk_width(self.policy, draft.logits.shape[-1]))
-        curve = fixed = None
+        # the surrogate's draft probabilities: the raw logits' (paper) or at the sampling temperature (plus)
+        logq, tok = draft_topk(draft.logits, self.spec.draft_temperature(temperature),
+                               topk_width(self.policy, draft.logits.shape[-1]))
+        if shift is not None:
+            logq = logq + torch.tensor(shift, dtype=torch.float32, device=logq.device)
+        curve = None
         if self.policy.budget is None:
             curve = self.cost_model.curve(c, self.policy.n_max, device=draft.logits.device)
-            fixed = self.overheads.fixed
-        return build_tree_topk(root, logq, tok, self.policy, curve, fixed or 0.0, search_hint=hint)
+        return build_tree_topk(root, logq, tok, self.policy, curve, self.fixed_cost, search_hint=hint)
 
 
 class EagerProbe:

@@ -47,6 +47,7 @@ class StepBuffers:
     positions: torch.Tensor  # [n_max] the tree tokens' positions
     write_index: torch.Tensor  # [n_max] the cache slots their K/V go to
     proposals: torch.Tensor  # [n_max] the target's token at every node
+    samples: torch.Tensor  # [n_max] its sampled token at every node, when the walk follows the argmax (lossy)
     arange: torch.Tensor  # [max(n_max, capacity)] 0, 1, 2, ...: device indices without a host copy
     logits: torch.Tensor | None = None  # [n_max, V] the verifier's logits at T > 0, made on first use
 
@@ -69,7 +70,7 @@ class StepBuffers:
             tree_depths=torch.zeros(n_max, **long), tree_anc=torch.zeros(n_max, n_max, dtype=torch.bool, device=dev),
             mask=torch.zeros(n_max, capacity, dtype=torch.bool, device=dev),
             positions=torch.zeros(n_max, **long), write_index=torch.zeros(n_max, **long),
-            proposals=torch.zeros(n_max, **long), arange=torch.arange(max(n_max, capacity), **long),
+            proposals=torch.zeros(n_max, **long), samples=torch.zeros(n_max, **long), arange=torch.arange(max(n_max, capacity), **long),
         )
 
     def window(self, tokens: int) -> int:

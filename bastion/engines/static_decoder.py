@@ -32,15 +32,17 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from bastion.costmodel.model import CostModel, StepOverheads, rule_costs
-from bastion.engines.base import check_fits, check_method, emit, prompt_tensor
+from bastion.costmodel.model import CostModel, StepOverheads, rule_inputs
+from bastion.engines.base import check_fits, check_method, draft_gate, emit, prompt_tensor
 from bastion.engines.choice import sync
 from bastion.engines.static_engine import StaticEngine
 from bastion.engines.step_clock import intervals, step_clock
 from bastion.results.generation import GenerationResult, StepStats
 from bastion.speculative.accept import Readback, propose
+from bastion.speculative.gate import DraftGate
 from bastion.speculative.policy import TreePolicy
 from bastion.speculative.search import AdaptiveSearch
+from bastion.speculative.surrogate import SurrogateFit
 from bastion.speculative.tree import topk_width
 
 
@@ -55,6 +57,11 @@ class _Decode:
     clock: Callable[[], object]
     width: int  # tokens a depth the tree phase may select (ranked trees)
     hint: int  # about twice the last tree: where the adaptive search starts
+    gate: DraftGate | None = None  # whether a step drafts (this project's rule; None: every step does)
+    fitting: bool = False  # the surrogate's correction is learned (this project's adaptive rule at T > 0)
+    shift: float = 0.0  # the correction this step's ranking reads, and the pending step's
+    pending_shift: float = 0.0
+    learning: tuple | None = None  # the last drafted tree's (depth mass, accepted, shift), for the fit
     output: list[int] = field(default_factory=list)
     steps: list[StepStats] = field(default_factory=list)
     marks: list[tuple] = field(default_factory=list)  # (stats, phase stamps) of every step
@@ -81,16 +88,21 @@ class StaticDecoder:
         cost_model: CostModel | None = None,
         overheads: StepOverheads | None = None,
     ) -> None:
-        self.policy = policy or TreePolicy()
-        self.spec = check_method(method, "dflash" in engine.proposers, self.policy, cost_model, overheads,
+        self.spec = check_method(method, "dflash" in engine.proposers, policy or TreePolicy(), cost_model, overheads,
                                  "eagle3" in engine.proposers)
+        self.policy = self.spec.tree_policy(policy or TreePolicy(), gpu=engine.device.type == "cuda")
         if self.spec.ranked and self.policy.limit > engine.n_max:
             raise ValueError(
                 f"the tree may grow to {self.policy.limit} nodes but the static engine "
                 f"was built for n_max={engine.n_max}; build the engine with a larger n_max"
             )
         self.engine, self.method = engine, method
-        self.cost_model, self.overheads = rule_costs(cost_model, overheads), overheads
+        self.overheads = overheads
+        self.cost_model, self.fixed_cost = rule_inputs(cost_model, overheads, self.spec.rule or "plus")
+        # whether a step drafts, and the surrogate's correction at T > 0, learned over every prompt this
+        # decoder runs (this project's adaptive rule; None: every step drafts, the surrogate as drafted)
+        self.gate = draft_gate(self.spec, self.policy, cost_model, self.cost_model, self.fixed_cost, overheads)
+        self.fit = SurrogateFit() if self.gate is not None else None
         self.proposer = engine.proposer(self.spec.drafter)
         self.block_size = self.proposer.width
         self.search = AdaptiveSearch(self.policy)
@@ -118,7 +130,11 @@ class StaticDecoder:
         vocab = self.target.lm_head.weight.shape[0]
         run = _Decode(max_new_tokens, set(int(t) for t in stop_token_ids), temperature, generator, clock,
                       width=topk_width(self.policy, vocab) if self.spec.ranked else 0, hint=2 * self.policy.n_min,
-                      context=prompt_len)
+                      gate=self.gate, fitting=self.fit is not None and temperature > 0, context=prompt_len)
+        if self.gate is not None:
+            self.gate.restart()
+        if run.fitting:
+            eng.tree_phase.shift.fill_(self.fit.shift)
         capture0 = eng.runner.capture_seconds
 
         sync(eng.device)
@@ -153,46 +169,74 @@ class StaticDecoder:
     def _step(self, run: _Decode) -> None:
         """Draft and rank, read the previous step back, then build, verify and commit this step's tree."""
         eng = self.engine
+        # else an AR step, without the drafter's forward (speculative.gate); a prompt's first step always
+        # drafts, as its draft takes in the prompt's features
+        drafts = run.gate is None or run.first_step or run.gate.drafts()
+        run.shift = self.fit.shift if run.fitting else 0.0
         ta = run.clock()
-        if run.first_step:  # over the whole prompt, eagerly; decode time on every engine, as in the eager loop
-            self.proposer.first(eng.runner, *run.prompt)
-            run.prompt = None
-        else:
-            self.proposer.step(eng.runner, run.context)
+        if drafts:
+            self._draft(run)
         tb = run.clock()
-        m, got = self._rank_first(run)
-        n = self.spec.known_size(eng.block, self.policy, got, self.proposer.tree_size)
+        m, got = self._rank_first(run) if drafts else (0, 0)
+        n = self.spec.known_size(eng.block, self.policy, got, self.proposer.tree_size) if drafts else 1
         back = eng.read_back()  # the step's one host synchronisation
         if run.pending is not None and self._absorb(run, back):
             return
         if n is None:  # adaptive: the rule's count, read with the previous step's tokens
             n = self.search.settle(m, got, back[Readback.NODES], lambda width: self._rank_wider(run, width))
             run.hint = 2 * n
+        if not drafts:  # this step's commit overwrites the last step's accepted features: the next draft needs them
+            self.proposer.hold(back[Readback.COUNT] + 1)
+        self._learn(run)
         run.first_step = False
         kv = eng.window(run.context + n)
         if self.proposer.tree_size is None:  # a tree the proposer drafted whole is in the tree buffers already
             if n == 1:  # AR's step (or a one-node budget): the root alone, never compiled
                 eng.runner(("build_root",), eng.build_root)
             else:
-                ranked, topk = self.spec.ranked, eng.tree_phase.topk
-                eng.runner(("build", ranked, n, topk), lambda: eng.steps.build(ranked, n))
+                ranked, topk, mass = self.spec.ranked, eng.tree_phase.topk, run.fitting
+                eng.runner(("build", ranked, n, topk, mass), lambda: eng.steps.build(ranked, n, mass))
+            if run.fitting and drafts:
+                eng.tree_phase.send_mass(n)
         tc = run.clock()
-        self._verify_commit(run, n, kv, (ta, tb, tc))
+        self._verify_commit(run, n, kv, (ta, tb, tc), drafts and self.spec.drafts)
 
-    def _verify_commit(self, run: _Decode, n: int, kv: int, stamps: tuple) -> None:
+    def _learn(self, run: _Decode) -> None:
+        """The last drafted tree's outcome into the surrogate's fit, once this step's tree is set (its wider
+        rankings read the same correction); the next ranking reads the new one."""
+        if run.learning is not None:
+            self.fit.observe(*run.learning)
+            self.engine.tree_phase.shift.fill_(self.fit.shift)
+            run.learning = None
+
+    def _draft(self, run: _Decode) -> None:
+        """The step's draft: over the whole prompt on the first step (eagerly; decode time on every engine,
+        as in the eager loop), else from the device state (after steps without a draft, their features first)."""
+        if run.first_step:
+            self.proposer.first(self.engine.runner, *run.prompt)
+            run.prompt = None
+        else:
+            self.proposer.step(self.engine.runner, run.context)
+
+    def _verify_commit(self, run: _Decode, n: int, kv: int, stamps: tuple, drafted: bool) -> None:
         """Verify the ``n``-node tree in window ``kv``, sample at T > 0, commit; the step's tokens are read next step."""
         eng, taps = self.engine, self.proposer.name
         eng.runner(("verify", n, kv, run.greedy, taps), lambda: eng.verify(n, kv, run.greedy, taps))
         td = run.clock()
+        lossy = self.spec.lossy and not run.greedy
         if not run.greedy:  # sampling stays eager: the caller's generator drives it
-            eng.buffers.proposals[:n].copy_(propose(eng.logits_buffer()[:n], run.temperature, run.generator))
+            logits, b = eng.logits_buffer()[:n], eng.buffers
+            # the lossy walk follows the argmax and takes its bonus from the samples (Readback: commit)
+            (b.samples if lossy else b.proposals)[:n].copy_(propose(logits, run.temperature, run.generator))
+            if lossy:
+                b.proposals[:n].copy_(logits.argmax(dim=-1))
         te = run.clock()
-        if n == 1 and taps is None:
+        if n == 1 and taps is None and not lossy:
             eng.runner(("commit_root",), eng.commit_root, writes=eng.state())
         else:
-            eng.runner(("commit", n, taps), lambda: eng.steps.commit(n, taps), writes=eng.state())
+            eng.runner(("commit", n, taps, lossy), lambda: eng.steps.commit(n, taps, lossy), writes=eng.state())
         tf = run.clock()
-        run.pending = StepStats(0, n, run.context, 0.0, 0.0, 0.0, 0.0, 0.0)
+        run.pending, run.pending_shift = StepStats(0, n, run.context, drafted=drafted), run.shift
         run.marks.append((run.pending, (*stamps, td, te, tf)))
 
     def _absorb(self, run: _Decode, back: list[int]) -> bool:
@@ -200,6 +244,10 @@ class StaticDecoder:
         before = len(run.output)
         ended = emit(run.output, Readback.tokens(back), run.stops, run.max_new_tokens)
         run.pending.committed = len(run.output) - before  # only emitted tokens count (cut at stops, max_new_tokens)
+        if run.gate is not None and run.pending.drafted:
+            run.gate.observe(back[Readback.COUNT] + 1, run.pending.tree_size, run.pending.context)
+            if run.fitting:
+                run.learning = (self.engine.tree_phase.read_mass(), back[Readback.COUNT], run.pending_shift)
         run.steps.append(run.pending)
         run.pending = None
         run.context += back[Readback.COUNT] + 1
@@ -234,15 +282,15 @@ class StaticDecoder:
         eng, phase = self.engine, self.engine.tree_phase
         if k != phase.topk:  # views of fixed buffers: re-sliced only when the width changes
             phase.set_topk(k)
-        eng.runner(("select", run.temperature, k), lambda: eng.steps.select(run.temperature))
+        t = self.spec.draft_temperature(run.temperature)  # the surrogate's draft probabilities (MethodSpec)
+        shifted = run.fitting  # plus the surrogate's correction (speculative.surrogate)
+        eng.runner(("select", t, k, shifted), lambda: eng.steps.select(t, shifted))
 
     def _rank(self, m: int) -> int:
         """Rank ``m`` paths through a graph keyed by ``m``; return how many paths exist (known without a read)."""
-        eng, phase, fixed = self.engine, self.engine.tree_phase, self._fixed_cost()
+        eng, phase, fixed = self.engine, self.engine.tree_phase, self.fixed_cost
         got = phase.ranked(m)
         key = ("rank", m, phase.topk, self.policy, id(self.cost_model), fixed)
         eng.runner(key, lambda: phase.rank(m, self.policy, self.cost_model, fixed))
         return got
 
-    def _fixed_cost(self) -> float:
-        return self.overheads.fixed if self.overheads is not None else 0.0

@@ -16,11 +16,11 @@ One :class:`StaticEngine` wires together, for one target and its drafters:
 A step is six functions, each captured per shape key by :class:`GraphRunner`:
 
     draft   (kv window)       the proposer's forward (DFlash: logits; EAGLE-3: its whole tree)
-    select  (T)               each depth's top-k log-probabilities (trees only)
+    select  (T, shifted)      each depth's top-k log-probabilities (trees only), corrected (bastion_plus at T > 0)
     rank    (m)               best m paths over all depths + the budget rule's node count
     build   (method, n)       the n-node tree: tokens, parents, depths, ancestor matrix
     verify  (n, kv window)    tree mask, target forward, proposals (T = 0) or logits
-    commit  (n)               acceptance walk, KV compaction, next root, readback
+    commit  (n, lossy)        acceptance walk, KV compaction, next root, readback
 
 AR's one-node tree has its own build and commit (``build_root``, ``commit_root``), a few
 writes that are never compiled.  None of them reads a device value on the host, so a step
@@ -55,9 +55,9 @@ from dflash import DFlashDraftModel
 class StepFunctions:
     """The step functions a decoder runs through the graph runner: compiled on the compiled engine's CUDA, else as written."""
 
-    select: Callable[[float], None] | None  # (temperature); None without a DFlash drafter
-    build: Callable[[bool, int], None] | None  # (ranked, n)
-    commit: Callable[[int, str | None], None]  # (n, tap set)
+    select: Callable[[float, bool], None] | None  # (temperature, shifted); None without a DFlash drafter
+    build: Callable[[bool, int, bool], None] | None  # (ranked, n, depth mass)
+    commit: Callable[[int, str | None, bool], None]  # (n, tap set, lossy)
 
 
 class StaticEngine:
@@ -170,8 +170,13 @@ class StaticEngine:
             config._attn_implementation = saved
         return out.hidden, out.features
 
-    def commit(self, n: int, taps: str | None) -> None:
-        """Accept along the proposals, compact the KV cache, advance, fill the readback vector."""
+    def commit(self, n: int, taps: str | None, lossy: bool = False) -> None:
+        """Accept along the proposals, compact the KV cache, advance, fill the readback vector.
+
+        ``lossy``: the proposals are the target's argmax and the bonus comes from the
+        samples (the release's acceptance at T > 0; a sample at every node, of which only
+        the stop node's is used, is distributed as the release's one sample there).
+        """
         b, layout = self.buffers, self.layout
         tree = b.tree(n)
         proposals = b.proposals[:n]
@@ -182,7 +187,7 @@ class StaticEngine:
         b.cache.keep(b.length, keep)
         if taps is not None:  # the drafter's next context; the host slices it by the count it reads
             self.proposers[taps].keep(keep, count)
-        bonus = proposals[order.gather(0, count.view(1))]  # [1]
+        bonus = (b.samples[:n] if lossy else proposals)[order.gather(0, count.view(1))]  # [1]
         b.readback[layout.COUNT].copy_(count)
         b.readback[layout.path].copy_(tree.tokens[keep[1:]])
         b.readback[layout.bonus :].copy_(bonus)

@@ -28,6 +28,7 @@ from bastion.speculative.accept import Readback
 from bastion.speculative.best_first import Walk, rank_walk, tree_arrays
 from bastion.speculative.path_rank import layout, top_paths
 from bastion.speculative.policy import TreePolicy
+from bastion.speculative.surrogate import depth_mass
 from bastion.speculative.tree import chain_tree, draft_topk, paths_tree
 
 
@@ -40,6 +41,7 @@ class TreePhase:
         self.count = RuleCount(device)  # the budget rule's node count (one Triton kernel on CUDA)
         self.host_walk: Walk | None = None  # the last best-first walk, for build (an uncompiled CPU engine)
         self.topk = 0
+        self.mass: list[float] = []  # the last ranked tree's depth mass, on the host (speculative.surrogate)
 
     def allocate(self, bufs: StepBuffers, draft_out: torch.Tensor) -> None:
         """Its tables for the draft logits ``draft_out`` [D, V] and trees of up to ``bufs.n_max`` nodes."""
@@ -53,6 +55,11 @@ class TreePhase:
         self.set_topk(1)
         m = max(bufs.n_max - 1, 1)
         self.paths = {k: torch.zeros(m, **long) for k in ("depth", "local", "par_local", "rank")}  # ranked paths
+        self.logp = torch.zeros(m, dtype=torch.float32, device=self.device)  # their path log-probabilities
+        # the surrogate's correction (log c per depth), and the built tree's depth mass on the device and the host
+        self.shift = torch.zeros((), dtype=torch.float32, device=self.device)
+        self.mass_dev = torch.zeros(d, dtype=torch.float64, device=self.device)
+        self.mass_host = torch.zeros(d, dtype=torch.float64, pin_memory=self.device.type == "cuda")
 
     def set_topk(self, k: int) -> None:
         """Tokens kept per depth; views of fixed buffers, so graphs of other k stay valid."""
@@ -63,11 +70,11 @@ class TreePhase:
         """How many paths a ranking of ``m`` finds: a shape, so the host knows it without reading the device."""
         return min(m, layout(self.draft_out.shape[0], self.topk, m, self.device)[0].shape[0])
 
-    def select(self, temperature: float) -> None:
-        """Each depth's top-k draft log-probabilities [D, k] at the sampling temperature (1 for greedy)."""
+    def select(self, temperature: float, shifted: bool = False) -> None:
+        """Each depth's top-k draft log-probabilities [D, k] at ``temperature``, ``shifted``: plus :attr:`shift`."""
         # the width as the view's size, not the int: compiled with dynamic shapes, one graph serves every width
         logq, tok = draft_topk(self.draft_out, temperature, self.logq.shape[1])
-        self.logq.copy_(logq)
+        self.logq.copy_(logq + self.shift if shifted else logq)
         self.top_tok.copy_(tok)
 
     def walks_on_host(self) -> bool:
@@ -88,14 +95,16 @@ class TreePhase:
         got = logp.shape[0]
         for name, t in (("depth", depth), ("local", local), ("par_local", par_local), ("rank", rank_)):
             self.paths[name][:got].copy_(t)
+        self.logp[:got].copy_(logp)
         if policy.budget is not None:
             nodes.fill_(min(policy.budget, got + 1))
         else:
             self.count(logp, policy, cost_model, fixed_cost, bufs.length, nodes)
         return got
 
-    def build(self, ranked: bool, n: int) -> None:
-        """The ``n``-node tree (n > 1) into the tree buffers: ranked paths (BASTION) or a chain (DFlash)."""
+    def build(self, ranked: bool, n: int, mass: bool = False) -> None:
+        """The ``n``-node tree (n > 1) into the tree buffers: ranked paths (BASTION) or a chain (DFlash);
+        ``mass``: a ranked tree's depth mass into :attr:`mass_dev` too (on the device; see :meth:`send_mass`)."""
         bufs = self.bufs
         if ranked and self.walks_on_host():
             arrays = tree_arrays(self.host_walk, self.top_tok.numpy(), int(bufs.root), n)
@@ -106,6 +115,25 @@ class TreePhase:
         if ranked:
             p = self.paths
             tree = paths_tree(bufs.root, self.top_tok, p["depth"], p["local"], p["par_local"], p["rank"], n, bufs.n_max)
+            if mass:
+                self.mass_dev.zero_()
+                self.mass_dev.index_add_(0, p["depth"][: n - 1] - 1, self.logp[: n - 1].double().exp())
         else:  # the drafter's greedy block after the root (DFlash); AR's root alone is the engine's build_root
             tree = chain_tree(bufs.root, row_argmax(self.draft_out[: n - 1], self.argmax_chunks))
         bufs.write_tree(tree)
+
+    def send_mass(self, n: int) -> None:
+        """After a ranked tree of ``n`` nodes is built: its depth mass on its way to the host (read with the next
+        readback, whose synchronisation it precedes); the host walk's is there already, a root alone has none."""
+        d = self.draft_out.shape[0]
+        if n == 1:
+            self.mass = [0.0] * d
+        elif self.walks_on_host():
+            self.mass = depth_mass(self.host_walk.logp[1:n], self.host_walk.depths[1:n], d)
+        else:
+            self.mass_host.copy_(self.mass_dev, non_blocking=True)
+            self.mass = []  # read from mass_host after the synchronisation
+
+    def read_mass(self) -> list[float]:
+        """The last ranked tree's depth mass, once the readback that follows it has been read."""
+        return self.mass or self.mass_host.tolist()

@@ -21,6 +21,7 @@ class StepStats:
     t_verify: float = 0.0
     t_accept: float = 0.0
     t_commit: float = 0.0
+    drafted: bool = True  # a drafter ran this step (AR's steps, and a BASTION+ step that fell back to AR, did not)
 
     @property
     def t_other(self) -> float:

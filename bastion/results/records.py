@@ -63,6 +63,7 @@ def make_record(
         "acceptance_lengths": [s.committed for s in steps],
         "tree_sizes": [s.tree_size for s in steps],
         "contexts": [s.context for s in steps],
+        "drafted": [int(s.drafted) for s in steps],  # 0: no drafter ran (AR, or BASTION+ falling back to AR steps)
     }
     if result.prefill_reused:  # prefill_seconds is then the time to restore a copy, not a forward
         rec["prefill_reused"] = True

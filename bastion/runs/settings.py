@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from bastion.data.registry import DEFAULT_SEED
-from bastion.defaults import EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS, METHODS, N_MAX, TOPK
+from bastion.defaults import DEFAULT_METHODS, EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS, N_MAX, TOPK, is_adaptive
 from bastion.engines.choice import check_engine, resolve_engine
 from bastion.runs.checks import (
     UsageError,
@@ -46,7 +46,7 @@ class RunSettings:
     model: str
     dataset: str
     draft_model: str | None = None
-    methods: tuple[str, ...] = METHODS
+    methods: tuple[str, ...] = DEFAULT_METHODS  # bastion_lossy only when asked for
     max_samples: int | None = None
     max_new_tokens: int = 2048
     temperature: float = 0.0
@@ -122,8 +122,8 @@ class RunSettings:
 
     @property
     def adaptive(self) -> bool:
-        """BASTION's adaptive rule runs, so the run needs a calibration."""
-        return "bastion" in self.methods and self.budget is None
+        """A budget rule (any of BASTION's methods) runs adaptively, so the run needs a calibration."""
+        return any(is_adaptive(m) for m in self.methods) and self.budget is None
 
     def resolve(self, local_rank: int | None = None) -> RunSettings:
         """A copy with every ``auto`` made concrete for the device, after :meth:`validate`.

@@ -110,7 +110,7 @@ def walk(
             count = n
             break
         big_p += p
-    if policy.bucket:
+    if policy.neighbour:
         count = _better_bucket(nodes, probs, count, got, policy, curve, fixed_cost)
     return nodes.walk(count)
 

@@ -11,6 +11,11 @@ from dataclasses import dataclass
 
 from bastion.defaults import N_MAX, N_MIN, TOPK, TOPK_LIMIT
 
+# How the rule's node count becomes a tree size (the module docstring of
+# bastion.speculative.tree states each): "down" to a multiple of n_min (the paper's
+# release), to the "best-neighbour" multiple by expected rate, or None: the count itself.
+ROUNDINGS: tuple[str | None, ...] = ("down", "best-neighbour", None)
+
 
 @dataclass(frozen=True)
 class TreePolicy:
@@ -18,13 +23,14 @@ class TreePolicy:
 
     ``budget=None`` is BASTION's adaptive rule; ``budget=N`` takes the N most probable
     nodes (root included), for the budget ablation.  ``topk`` caps the tokens considered
-    per depth (K <= 128).
+    per depth (K <= 128).  ``n_min`` is the rule's floor and, when ``rounding`` is not
+    None, the width of the buckets its count is rounded to (few shapes for CUDA graphs).
     """
 
     n_min: int = N_MIN
     n_max: int = N_MAX
     topk: int = TOPK
-    bucket: bool = True
+    rounding: str | None = "down"
     budget: int | None = None
 
     def __post_init__(self) -> None:
@@ -34,8 +40,15 @@ class TreePolicy:
             raise ValueError(f"topk must be in 1..{TOPK_LIMIT}, got {self.topk}")
         if self.budget is not None and self.budget < 1:
             raise ValueError(f"budget must be >= 1 node, got {self.budget}")
+        if self.rounding not in ROUNDINGS:
+            raise ValueError(f"unknown rounding {self.rounding!r}; choose from {', '.join(map(str, ROUNDINGS))}")
 
     @property
     def limit(self) -> int:
         """The most nodes a tree may have: the fixed budget, or ``n_max`` for the adaptive rule."""
         return self.budget if self.budget is not None else self.n_max
+
+    @property
+    def neighbour(self) -> bool:
+        """The count is weighed against the bucket above it (``best-neighbour`` rounding)."""
+        return self.rounding == "best-neighbour"

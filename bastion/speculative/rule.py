@@ -30,12 +30,13 @@ def count_nodes(
     """Number of nodes (root included) the rule keeps, as a 0-d tensor (no host sync).
 
     The rule's test for candidate j, ``p_j (F + C(n)) > P(n) (C(n+1) - C(n))``, is exactly
-    "the expected rate P/(F + C) of the tree with it beats the rate without it".  Trees come
-    in buckets (multiples of ``n_min``), so the count that is not a multiple is then taken to
-    whichever bucket beside it has the higher rate, when the bucket above fits the ranked
-    candidates and ``n_max``; rounding down every time would throw away up to ``n_min - 1``
-    nodes the rule found worth their cost (docs/performance.md).  A count
-    left as it is rounds down in :func:`bucket_size`.
+    "the expected rate P/(F + C) of the tree with it beats the rate without it".  With the
+    ``best-neighbour`` rounding a count that is not a multiple of ``n_min`` is then taken
+    to whichever bucket beside it has the higher rate, when the bucket above fits the
+    ranked candidates and ``n_max``: rounding down every time throws away up to
+    ``n_min - 1`` nodes the rule found worth their cost (docs/performance.md).  Any count
+    left as it is goes through :func:`bucket_size` (down to a bucket, or kept when the
+    policy has no rounding).
 
     On a CPU the same arithmetic runs in NumPy: a dozen tiny operations where torch's
     twenty-odd cost more in dispatch than in arithmetic.  Both engines count through here,
@@ -53,7 +54,7 @@ def count_nodes(
     fail = torch.cat([~ok, ok.new_ones(1)])  # sentinel: "fails" once candidates run out
     first_fail = fail.int().argmax()  # index of the first failing candidate
     count = torch.clamp(first_fail + 1, max=policy.n_max)
-    if not policy.bucket or avail == 1:
+    if not policy.neighbour or avail == 1:
         return count
     # the better bucket: P(k) = total[k - 1] for k = 1 .. N + 1 nodes, C(k) = curve[k]
     total = torch.cat([big_p, big_p[-1:] + p[-1:]])  # [N + 1]
@@ -77,7 +78,7 @@ def _count_nodes_host(logp: torch.Tensor, policy: TreePolicy, cost_curve: torch.
     first_fail = int(fails[0]) if fails.size else p.shape[0]  # "fails" once candidates run out
     count = min(first_fail + 1, policy.n_max)
     lo, hi = bucket_pair(count, policy.n_min)
-    if policy.bucket and lo >= policy.n_min and lo < count and hi <= min(policy.n_max, p.shape[0] + 1):
+    if policy.neighbour and lo >= policy.n_min and lo < count and hi <= min(policy.n_max, p.shape[0] + 1):
         total = np.concatenate((big_p, big_p[-1:] + p[-1:]))  # P(k) = total[k - 1]
         if total[hi - 1] / (fixed_cost + curve[hi]) > total[lo - 1] / (fixed_cost + curve[lo]):
             count = hi
@@ -91,12 +92,14 @@ def bucket_pair(count: int | torch.Tensor, n_min: int) -> tuple:
 
 
 def bucket_size(n: int, policy: TreePolicy) -> int:
-    """Round an adaptive node count down to a multiple of ``n_min`` (never below it).
+    """An adaptive node count as a tree size: rounded down to a multiple of ``n_min`` (never
+    below the count when it is under ``n_min``), or kept when the policy has no rounding.
 
-    :func:`count_nodes` already returns the bucket above when that one is better, so
-    this rounds down only counts whose upper bucket lost or could not be evaluated.
+    With the ``best-neighbour`` rounding :func:`count_nodes` already returns the bucket
+    above when that one is better, so this rounds down only counts whose upper bucket lost
+    or could not be evaluated.
     """
-    if policy.budget is not None or not policy.bucket or n < policy.n_min:
+    if policy.budget is not None or policy.rounding is None or n < policy.n_min:
         return n
     return bucket_pair(n, policy.n_min)[0]
 
@@ -121,6 +124,6 @@ def wider_search(m: int, got: int, n: int, policy: TreePolicy) -> int | None:
     if n - 1 >= got:
         return min(policy.n_max - 1, 4 * m)
     lo, hi = bucket_pair(n, policy.n_min)
-    if policy.bucket and policy.budget is None and policy.n_min <= lo < n and got + 1 < hi <= policy.n_max:
+    if policy.neighbour and policy.budget is None and policy.n_min <= lo < n and got + 1 < hi <= policy.n_max:
         return min(policy.n_max - 1, max(4 * m, hi - 1))
     return None

@@ -16,9 +16,14 @@ tree of ``n`` nodes whose probabilities sum to ``P`` iff
 which is exactly "expected tokens per second rises": (P+p)/(T_fixed+C(n+1)) > P/(T_fixed+C(n)).
 (``P`` counts the root with probability 1: it is the expected number of tokens a step
 commits, bonus token included.)  Growth stops at the first failure or at ``n_max``.
-Trees come in buckets (multiples of ``n_min``) so the verifier sees few shapes: the count
-goes to whichever bucket beside it has the higher expected rate P/(T_fixed + C), when the
-bucket above can be formed from the ranked candidates within ``n_max``, and down otherwise.
+The count then becomes a tree size by the policy's ``rounding``:
+
+* ``"down"`` (the paper's release): down to a multiple of ``n_min``, so the verifier
+  sees few shapes (a count under ``n_min``, when fewer candidates exist, is kept);
+* ``"best-neighbour"``: to whichever multiple of ``n_min`` beside it has the higher
+  expected rate P/(T_fixed + C), when the bucket above can be formed from the ranked
+  candidates within ``n_max``, and down otherwise;
+* ``None``: the count itself (granularity 1, where no graphs ask for few shapes).
 
 The rule is evaluated in fp64 (C(n), C(n+1) - C(n), p and P), as in the original
 release; path log-probabilities are fp32 sums of the per-depth fp32 log-probabilities.
@@ -50,6 +55,7 @@ from bastion.speculative.path_rank import top_paths
 from bastion.speculative.policy import TreePolicy
 from bastion.speculative.rule import bucket_pair, bucket_size, count_nodes
 from bastion.speculative.search import AdaptiveSearch
+from bastion.speculative.surrogate import depth_mass
 
 
 @dataclass
@@ -60,6 +66,7 @@ class Tree:
     parents: torch.Tensor  # [n] long; parents[0] == -1
     depths: torch.Tensor  # [n] long; depths[0] == 0
     ancestors: torch.Tensor  # [n, n] bool; row i marks i and all its ancestors
+    mass: list[float] | None = None  # [D] ranked trees: each depth's summed path probability (speculative.surrogate)
 
     @property
     def size(self) -> int:
@@ -167,7 +174,9 @@ def build_tree_topk(
     on_host = logq.device.type == "cpu" and not torch_references_forced()  # the best-first walk
     ranking = (_WalkRanking if on_host else _PathRanking)(logq, policy, cost_curve, fixed_cost)
     n = AdaptiveSearch(policy).count(search_hint, ranking.rank)
-    return ranking.tree(root, tok, n)
+    tree = ranking.tree(root, tok, n)
+    tree.mass = ranking.mass(n)
+    return tree
 
 
 class _WalkRanking:
@@ -183,6 +192,9 @@ class _WalkRanking:
 
     def tree(self, root: torch.Tensor, tok: torch.Tensor, n: int) -> Tree:
         return Tree(*(torch.from_numpy(a) for a in tree_arrays(self.walked, tok.numpy(), int(root), n)))
+
+    def mass(self, n: int) -> list[float]:
+        return depth_mass(self.walked.logp[1:n], self.walked.depths[1:n], self.logq.shape[0])
 
 
 class _PathRanking:
@@ -200,6 +212,9 @@ class _PathRanking:
 
     def tree(self, root: torch.Tensor, tok: torch.Tensor, n: int) -> Tree:
         return paths_tree(root.view(()).to(tok.device), tok, *self.paths[1:], n, self.m + 1)
+
+    def mass(self, n: int) -> list[float]:
+        return depth_mass(self.paths[0][: n - 1].tolist(), self.paths[1][: n - 1].tolist(), self.logq.shape[0])
 
 
 def paths_tree(
@@ -254,7 +269,7 @@ def build_tree_heap(
             break
         heap.take()
     count = len(heap.tokens)
-    if policy.budget is None and policy.bucket:  # the better bucket beside the count (count_nodes)
+    if policy.budget is None and policy.neighbour:  # the better bucket beside the count (count_nodes)
         lo, hi = bucket_pair(count, policy.n_min)
         if lo >= policy.n_min and lo < count and hi <= policy.limit:
             while heap.heap and len(heap.tokens) < hi:

@@ -128,6 +128,36 @@ def test_probe_sizes_follow_the_policy():
     assert overhead_budgets(TreePolicy(n_min=8)) == (16, 64, 256)
     assert overhead_budgets(TreePolicy(n_min=32, n_max=128)) == (64, 128)
     assert overhead_budgets(TreePolicy(n_min=16, n_max=32)) == (32,)  # no larger size to measure: no growth
+    # a CPU's bastion_plus grows trees from one node: the excess is measured there too
+    assert overhead_budgets(TreePolicy(n_min=16), gpu=False) == (2, 8, 32, 128, 512)
+    assert overhead_budgets(TreePolicy(n_min=4, n_max=16), gpu=False) == (2, 8, 16)
+
+
+def test_the_constants_come_from_the_reference_size_and_small_trees_add_knots():
+    """T_draft and T_other (the paper's rule's constants) at two buckets; smaller sizes are knots below
+    it, never skipped as out of reach; larger ones are skipped past the rule's reach, as before."""
+    made = []
+
+    def decoder_for(n):
+        made.append(n)
+        return SlowVerifyDecoder(n)
+
+    ov = profile_overheads(decoder_for, (2, 8, 16, 64, 256, 1024), [1, 2, 3], cost_model=SlowVerifyDecoder.model,
+                           reference=16)
+    assert made == [2, 8, 16, 64, 256]
+    assert ov.t_other == pytest.approx(2e-3 + 5e-6 * 16)  # at the reference, not the first size
+    assert [n for n, _ in ov.excess] == [2, 8, 16, 64, 256]
+    assert [t for _, t in ov.excess] == pytest.approx([9e-3 + 2e-3 + 5e-6 * n for n in (2, 8, 16, 64, 256)])
+    assert ov.fixed == pytest.approx(4e-3 + 9e-3 + 2e-3 + 5e-6 * 2)  # the rule's fixed part: the first knot
+    with pytest.raises(ValueError, match=r"the reference size 32 is not among the probe sizes \(2, 8\)"):
+        profile_overheads(decoder_for, (2, 8), [1, 2, 3], reference=32)
+
+
+def test_an_ar_step_is_c1_plus_its_measured_excess():
+    model = CostModel(SHAPE, PEAKS, PARAMS)
+    assert StepOverheads(1e-3, 1e-3).ar_step(model, 300) == pytest.approx(float(model.predict(1, 300)))
+    assert StepOverheads(1e-3, 1e-3, ar_excess=2e-3).ar_step(model, 300) == pytest.approx(
+        float(model.predict(1, 300)) + 2e-3)
 
 
 def test_the_rule_charges_the_growth_and_keeps_smaller_trees():

@@ -25,7 +25,7 @@ def test_calibration_reruns_when_n_min_or_the_contexts_change(tmp_path):
     base = ["--configfile", "config.yaml", str(fast)]
     smk(work, "--cores", "1", *base, *UNTIL)
     cal = json.loads((work / "results" / hardware_key(work) / "tiny" / "calibration.json").read_text())
-    assert cal["n_min"] == 16 and cal["probe_sizes"] == [32, 128, 512]
+    assert cal["n_min"] == 16 and cal["probe_sizes"] == [2, 8, 32, 128, 512]
     assert cal["max_context"] == cal["grid"]["c_values"][-1]
     assert planned(work, *base, *UNTIL) == {}  # nothing changed: nothing to do
 

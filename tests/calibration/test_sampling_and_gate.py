@@ -143,7 +143,7 @@ def test_a_slow_spell_in_one_pass_leaves_the_fit_straight(fake_timing):
     probe = FakeProbe([])
     shape = ModelShape.from_config(probe.target.config, 4)
     n = len(g.points())
-    assert g.rounds == 3 and g.repeats == 1 and n == 64
+    assert g.rounds == 3 and g.repeats == 1 and n == 79
     state["slow"] = lambda call: n + 10 <= call < n + 50  # points 10-49 of the second pass
     _, report = grid_mod.fit_probe(probe_grid(probe, g), shape, PEAKS, g.holdout_every)
     assert report["heldout_mape"] < 0.01

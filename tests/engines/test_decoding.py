@@ -20,6 +20,8 @@ from bastion.speculative.policy import TreePolicy
 from tests.support.builders import EOS_ID, tiny_drafter, tiny_target
 from tests.support.decoding import POLICIES, OracleDecoder, _ar, _cost_model
 
+ADAPTIVE = ("bastion", "bastion_plus", "bastion_lossy")  # the budget rules' methods: each must emit AR's tokens
+
 
 @pytest.mark.parametrize("family", ["qwen3", "llama"])
 def test_ar_matches_transformers_generate(family):
@@ -43,7 +45,7 @@ def test_real_drafters_match_ar(family, block_size):
         ref = _ar(target, prompt, 48)
         for dec in (
             EagerDecoder(target, "dflash", drafter),
-            EagerDecoder(target, "bastion", drafter, TreePolicy(n_min=4, n_max=64), cm, ov),
+            *(EagerDecoder(target, m, drafter, TreePolicy(n_min=4, n_max=64), cm, ov) for m in ADAPTIVE),
             EagerDecoder(target, "bastion", drafter, TreePolicy(budget=1 + 3 * p)),
         ):
             out = dec.generate(prompt, 48)
@@ -65,28 +67,35 @@ def test_oracle_trees_match_ar(policy, family):
     for p in range(5):
         prompt = torch.randint(0, 250, (int(torch.randint(2, 25, (1,), generator=gen)),), generator=gen).tolist()
         ref = _ar(target, prompt, 60)
-        for method, hit in (("bastion", 0.5), ("bastion", 0.95), ("dflash", 0.9)):
+        for method, hit in (("bastion", 0.5), ("bastion", 0.95), ("dflash", 0.9), ("bastion_plus", 0.5),
+                            ("bastion_plus", 0.95), ("bastion_lossy", 0.7)):
             dec = OracleDecoder(target, method, drafter, policy, cm, ov,
                                 reference=ref, prompt_len=len(prompt), hit=hit, seed=p)
             out = dec.generate(prompt, 60)
             assert out.output_ids == ref, (method, hit, p)
-            assert all(s.tree_size <= (policy.budget or policy.n_max) for s in out.steps if method == "bastion")
+            assert all(s.tree_size <= (policy.budget or policy.n_max) for s in out.steps if method != "dflash")
             accepted_deep += sum(s.committed >= 5 for s in out.steps)
     assert accepted_deep > 5  # the oracle really produced long accepted runs
 
 
-def test_bucketed_sizes_are_multiples_of_n_min():
+def test_each_rule_sizes_its_trees_as_its_method_says():
+    """The paper's rule rounds down to multiples of n_min; this project's, on a CPU, keeps the count from one node."""
     model = tiny_target(seed=2)
     target = Target(model)
     drafter = tiny_drafter(model, block_size=8)
     cm, ov = _cost_model(model)
-    policy = TreePolicy(n_min=6, n_max=100)
+    policy = TreePolicy(n_min=6, n_max=100, rounding="best-neighbour")  # the method decides, not the caller
     prompt = list(range(10))
     ref = _ar(target, prompt, 40)
-    out = OracleDecoder(target, "bastion", drafter, policy, cm, ov, reference=ref, prompt_len=10, hit=0.8, seed=0)
-    res = out.generate(prompt, 40)
-    assert res.output_ids == ref
-    assert all(s.tree_size % 6 == 0 for s in res.steps)
+    sizes = {}
+    for method in ADAPTIVE:
+        dec = OracleDecoder(target, method, drafter, policy, cm, ov, reference=ref, prompt_len=10, hit=0.8, seed=0)
+        res = dec.generate(prompt, 40)
+        assert res.output_ids == ref
+        sizes[method] = [s.tree_size for s in res.steps]
+        assert (dec.policy.n_min, dec.policy.rounding) == ((6, "down") if method != "bastion_plus" else (1, None))
+    assert all(n % 6 == 0 for m in ("bastion", "bastion_lossy") for n in sizes[m])
+    assert any(n % 6 for n in sizes["bastion_plus"]), sizes["bastion_plus"]
 
 
 @pytest.mark.parametrize("max_new", [1, 2, 3, 7, 8, 9, 16, 33])

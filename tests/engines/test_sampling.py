@@ -18,11 +18,14 @@ import pytest
 import torch
 from scipy.stats import chi2, chisquare, norm
 
+from bastion.costmodel.model import StepOverheads
 from bastion.engines import eager
 from bastion.engines.eager import EagerDecoder
 from bastion.models.target import Target
+from bastion.speculative.gate import DraftGate
 from bastion.speculative.policy import TreePolicy
 from tests.support.builders import tiny_drafter, tiny_target
+from tests.support.decoding import _cost_model
 
 VOCAB, NEW = 6, 3
 PROMPT = [0, 3, 1, 4, 2]
@@ -118,7 +121,7 @@ def wrong_drafts():
     return model, dec, q, w
 
 
-def _runs(dec, seed: int) -> tuple[np.ndarray, list[int]]:
+def _runs(dec, seed: int, drafted: list[bool] | None = None) -> tuple[np.ndarray, list[int]]:
     gen, outs, committed = torch.Generator(), [], []
     for r in range(RUNS):
         gen.manual_seed(seed * 100_003 + r)
@@ -126,6 +129,8 @@ def _runs(dec, seed: int) -> tuple[np.ndarray, list[int]]:
         assert len(res.output_ids) == PNEW
         outs.append(res.output_ids)
         committed += [s.committed for s in res.steps]
+        if drafted is not None:
+            drafted += [s.drafted for s in res.steps]
     return np.array(outs), committed
 
 
@@ -150,6 +155,39 @@ def sampling_pvalue(model, outs: np.ndarray, q: torch.Tensor, w: int, temperatur
     keep = exp > 1e-9
     p_chi = chi2.sf(((obs[keep] - exp[keep]) ** 2 / exp[keep]).sum(), keep.sum() - 1)
     return 3 * min(2 * norm.sf(abs(z_temp)), 2 * norm.sf(abs(z_drift)), p_chi)
+
+
+def test_bastion_plus_stays_lossless_while_it_skips_drafts(pair):
+    """This project's rule with a drafter that does not pay: most steps are AR steps, some probes
+    draft (the gate carries across the runs), and every output is still a sample of the target."""
+    model, drafter = pair
+    cost, _ = _cost_model(model)
+    dec = EagerDecoder(Target(model), "bastion_plus", drafter, TreePolicy(n_min=4, n_max=24), cost,
+                       StepOverheads(5e-3, 1e-3))
+    counts = sample_counts(dec, 1.0, runs=1500, seed=11)
+    assert dec.gate.skipped > 500  # decisions for AR steps in place of drafted ones ...
+    assert chi2_pvalue(counts, exact_distribution(model, 1.0)) > 1e-3
+    assert chi2_pvalue(counts, exact_distribution(model, 0.5)) < 1e-6
+
+
+def test_bastion_plus_with_wrong_drafts_stays_lossless_over_many_steps(wrong_drafts):
+    """Long runs mixing AR steps, probes and the drafts after them, which take in the AR steps' states."""
+    model, fixed, q, w = wrong_drafts
+    cost, _ = _cost_model(model)
+    dec = EagerDecoder(fixed.target, "bastion_plus", fixed.drafter, TreePolicy(n_min=4, n_max=4, topk=2), cost,
+                       StepOverheads(5e-3, 1e-3))
+    dec.proposer.logits = fixed.proposer.logits
+    generate = dec.generate
+
+    def fresh(*a, **kw):  # every run starts out drafting: drafts, AR steps and probes in every run
+        dec.gate = DraftGate(dec.gate.ar_step, dec.gate.drafted_step)
+        return generate(*a, **kw)
+
+    dec.generate = fresh
+    drafted = []
+    outs, committed = _runs(dec, seed=3, drafted=drafted)
+    assert 0.2 * len(drafted) < sum(drafted) < 0.8 * len(drafted), sum(drafted) / len(drafted)
+    assert sampling_pvalue(model, outs, q, w) > 1e-3
 
 
 def test_multi_step_sampling_with_wrong_drafts(wrong_drafts):
@@ -177,3 +215,42 @@ def test_the_test_rejects_a_wrong_sampler(wrong_drafts, monkeypatch, fault):
     monkeypatch.setattr(eager, "propose", hot if fault == "hot" else drift)
     outs, _ = _runs(dec, seed=2)
     assert sampling_pvalue(model, outs, q, w) < 1e-4
+
+
+# ---------------------------------------------------------------------------------------
+# bastion_lossy: the release's acceptance at T > 0, an option that is not lossless.
+
+
+def _greedy_steps(model, outs: list[list[int]], steps: list[list[int]]) -> tuple[int, int, int]:
+    """(drafts accepted, of them equal to the target's argmax at their prefix, bonus tokens that are not the argmax)."""
+    drafts = greedy = off_bonus = 0
+    with torch.no_grad():
+        for out, committed in zip(outs, steps):
+            argmax = model(torch.tensor([PROMPT + out])).logits[0, len(PROMPT) - 1 : -1].argmax(-1).tolist()
+            pos = 1  # the prefill emits the first token
+            for a in committed:
+                drafts += a - 1
+                greedy += sum(out[i] == argmax[i] for i in range(pos, pos + a - 1))
+                off_bonus += out[pos + a - 1] != argmax[pos + a - 1]
+                pos += a
+    return drafts, greedy, off_bonus
+
+
+def test_the_lossy_walk_follows_the_argmax_and_samples_its_last_token(pair):
+    """bastion_lossy accepts a draft only where it is the target's argmax and samples the token after
+    the path; lossless BASTION, on the same drafts and seeds, accepts sampled non-argmax drafts too."""
+    model, drafter = pair
+    seen = {}
+    for method in ("bastion_lossy", "bastion"):
+        dec = EagerDecoder(Target(model), method, drafter, TreePolicy(budget=24))
+        outs, steps, gen = [], [], torch.Generator()
+        for r in range(150):
+            res = dec.generate(PROMPT, 12, temperature=1.0, generator=gen.manual_seed(r))
+            outs.append(res.output_ids)
+            steps.append([s.committed for s in res.steps])
+        seen[method] = _greedy_steps(model, outs, steps)
+    drafts, greedy, off_bonus = seen["bastion_lossy"]
+    assert drafts > 100 and greedy == drafts  # every accepted draft is the argmax
+    assert off_bonus > 20  # the last token of a step is sampled, not the argmax
+    drafts, greedy, _ = seen["bastion"]
+    assert drafts > 100 and greedy < drafts  # the lossless walk follows samples

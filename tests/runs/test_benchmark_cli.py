@@ -69,7 +69,7 @@ def test_end_to_end_schema_and_calibration_reuse(workdir, capsys):
     assert "BASTION" in err.out and "Speedup" in err.out and "tok/s" in err.out
     recs = _records(out)
     keys = {(r["prompt_index"], r["turn"], r["method"]) for r in recs}
-    assert len(recs) == len(keys) == 4 * 3  # 4 (prompt, turn) pairs x 3 methods
+    assert len(recs) == len(keys) == 4 * 4  # 4 (prompt, turn) pairs x 4 methods (ar, dflash and both rules)
     for r in recs:
         for k, typ in REQUIRED.items():
             assert isinstance(r[k], typ), k
@@ -78,7 +78,10 @@ def test_end_to_end_schema_and_calibration_reuse(workdir, capsys):
         assert r["fingerprint"]["device_type"] == "cpu" and r["fingerprint"]["torch"]
     by = {(r["prompt_index"], r["turn"], r["method"]): r["output_ids"] for r in recs}
     for p, t, _ in keys:
-        assert by[(p, t, "ar")] == by[(p, t, "dflash")] == by[(p, t, "bastion")]  # T = 0 is lossless
+        assert by[(p, t, "ar")] == by[(p, t, "dflash")] == by[(p, t, "bastion")] == by[(p, t, "bastion_plus")]  # T = 0
+    # every record says which of its steps drafted (AR's none, BASTION+'s all but those it took as AR steps)
+    assert all(len(r["drafted"]) == r["num_steps"] and set(r["drafted"]) <= {0, 1} for r in recs)
+    assert all(not any(r["drafted"]) for r in recs if r["method"] == "ar")
     cal = list(cache.glob("calibration_*.json"))
     assert len(cal) == 1
     stamp = cal[0].stat().st_mtime_ns
@@ -86,7 +89,7 @@ def test_end_to_end_schema_and_calibration_reuse(workdir, capsys):
     assert body["fingerprint"]["device_type"] == "cpu" and set(body["cost_model"]["params"]) == set(CostParams.names())
     assert set(body["baselines"]) == {"ar", "dflash"} and all(t > 0 for t in body["baselines"].values())
     # what it covers: --n-min 4, its probe sizes (2, 8 and 32 times n_min) and the grid's contexts
-    assert body["n_min"] == 4 and body["probe_sizes"] == [8, 32, 128]
+    assert body["n_min"] == 4 and body["probe_sizes"] == [2, 8, 32, 128]
     assert body["max_context"] == body["grid"]["c_values"][-1] >= max(r["contexts"][-1] for r in recs)
     # second run: the calibration is reused, not remade
     assert benchmark.main(_args(target, drafter, data, cache, root / "out1b.jsonl", ["--quiet"])) == 0
@@ -126,7 +129,7 @@ def test_partial_from_other_settings_is_set_aside(workdir, capsys):
     assert "was written with other settings (its records do not say which)" in err and "set aside" in err
     assert Path(f"{out}.partial.set-aside").read_text() == stranger  # kept, never mixed in
     recs = _records(out)
-    assert len(recs) == 4 * 3 and all(r["run_key"] != "0123" and "run_settings" in r for r in recs)
+    assert len(recs) == 4 * 4 and all(r["run_key"] != "0123" and "run_settings" in r for r in recs)
 
 
 def test_a_cached_calibration_of_another_n_min_or_shorter_contexts_is_refused(workdir, capsys):
@@ -203,7 +206,7 @@ def test_n_min_auto_is_the_cpus_16(workdir, capsys):
 
 @pytest.mark.parametrize("argv,needle", [
     (["--dataset", "no-such-set"], "gsm8k"),  # the error lists the supported names
-    (["--methods", "ar,beam"], "choose from ar, eagle3, dflash, bastion"),
+    (["--methods", "ar,beam"], "choose from ar, eagle3, dflash, bastion, bastion_plus, bastion_lossy"),
     (["--n-min", "many"], "a node count or 'auto', not 'many'"),
     (["--n-min", "0"], "n_min must be a node count >= 1 or 'auto', not 0"),
 ])

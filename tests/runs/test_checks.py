@@ -46,3 +46,34 @@ def test_the_cli_topk_bounds_are_the_tree_policys(topk):
     from bastion.speculative.policy import TreePolicy
 
     assert _accepts(check_topk, topk) == _accepts(lambda k: TreePolicy(topk=k), topk)
+
+
+def test_the_rules_are_methods_and_the_lossy_one_is_opt_in():
+    """Both rules and the lossy acceptance are methods the CLI takes; the default list leaves the lossy one out."""
+    from bastion.benchmark import build_parser, run_from_args
+    from bastion.runs.checks import parse_methods
+
+    assert parse_methods("bastion_lossy,ar,bastion_plus") == ("ar", "bastion_plus", "bastion_lossy")  # run order
+    args = build_parser().parse_args(["--model", "tiny", "--dataset", "stdlib-heldout"])
+    assert run_from_args(args).methods == ("ar", "eagle3", "dflash", "bastion", "bastion_plus")
+    with pytest.raises(UsageError, match=r"unknown method\(s\) \['bastion\+'\] in --methods; choose from .*bastion_lossy"):
+        parse_methods("bastion+")
+
+
+def test_a_method_is_its_facts():
+    from bastion.speculative.methods import MethodSpec, method_spec
+    from bastion.speculative.policy import TreePolicy
+
+    paper, plus, lossy = (method_spec(m) for m in ("bastion", "bastion_plus", "bastion_lossy"))
+    assert (paper.rule, paper.acceptance, plus.rule, lossy.rule, lossy.acceptance) == (
+        "paper", "lossless", "plus", "paper", "lossy")
+    policy = TreePolicy(n_min=16, rounding=None)
+    assert (paper.tree_policy(policy, gpu=False).n_min, paper.tree_policy(policy, gpu=False).rounding) == (16, "down")
+    assert plus.tree_policy(policy, gpu=True).rounding == "best-neighbour"
+    assert (plus.tree_policy(policy, gpu=False).n_min, plus.tree_policy(policy, gpu=False).rounding) == (1, None)
+    assert plus.tree_policy(TreePolicy(budget=8), gpu=False) == TreePolicy(budget=8)  # a fixed budget stays as given
+    assert (paper.draft_temperature(0.7), plus.draft_temperature(0.7), plus.draft_temperature(0.0)) == (1.0, 0.7, 1.0)
+    with pytest.raises(ValueError, match="a ranked tree, and only one, needs a budget rule"):
+        MethodSpec("x", tree="ranked", drafter="dflash")
+    with pytest.raises(ValueError, match="unknown acceptance 'fast'"):
+        MethodSpec("x", acceptance="fast")

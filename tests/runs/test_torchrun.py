@@ -34,7 +34,7 @@ def test_two_process_gloo_run(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     keys = [(r["prompt_index"], r["method"]) for r in recs]
-    assert sorted(keys) == sorted({(i, m) for i in range(5) for m in ("ar", "dflash", "bastion")})  # no loss, no duplicates
+    assert sorted(keys) == sorted({(i, m) for i in range(5) for m in ("ar", "dflash", "bastion", "bastion_plus")})  # no loss, no duplicates
     assert {r["prompt_index"]: r["rank"] for r in recs} == {0: 0, 1: 1, 2: 0, 3: 1, 4: 0}
     assert all(r["world_size"] == 2 for r in recs)
     assert len(list(cache.glob("calibration_*.json"))) == 1

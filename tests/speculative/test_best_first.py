@@ -17,7 +17,7 @@ import torch
 
 from bastion.speculative.best_first import tree_arrays, walk
 from bastion.speculative.path_rank import _rank_torch
-from bastion.speculative.policy import TreePolicy
+from bastion.speculative.policy import ROUNDINGS, TreePolicy
 from bastion.speculative.rule import count_nodes
 from bastion.speculative.tree import paths_tree
 
@@ -65,7 +65,7 @@ def test_walk_gives_the_vectorised_count_and_tree(d, k, ties):
         m = int(min(n_max - 1, rng.choice([3, 7, 15, 31, 63])))
         m = max(m, 1)
         budget = None if trial % 4 else int(rng.integers(1, n_max + 1))
-        policy = TreePolicy(n_min=n_min, n_max=n_max, budget=budget, bucket=bool(trial % 3))
+        policy = TreePolicy(n_min=n_min, n_max=n_max, budget=budget, rounding=ROUNDINGS[trial % 3])
         if budget is not None:
             m = max(budget - 1, 1)
         curve = _curve(rng, n_max + 2)
@@ -76,9 +76,9 @@ def test_walk_gives_the_vectorised_count_and_tree(d, k, ties):
         popped = len(w.parents) - 1
         assert popped <= got and popped >= min(count, got + 1) - 1
         assert w.logp[1:] == logp[:popped].tolist()  # the same paths, in the same order, to the bit
-        if count % max(n_min, 1) == 0 and count > n_min and budget is None and policy.bucket:
+        if count % max(n_min, 1) == 0 and count > n_min and budget is None and policy.neighbour:
             raised += 1
-        n = count if budget is not None or not policy.bucket or count < n_min else (count // n_min) * n_min
+        n = count if budget is not None or policy.rounding is None or count < n_min else (count // n_min) * n_min
         ref = build(n)
         tokens, parents, depths, ancestors = tree_arrays(w, tok.numpy(), 7, n)
         assert tokens.tolist() == ref.tokens.tolist()

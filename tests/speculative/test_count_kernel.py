@@ -42,21 +42,23 @@ KERNEL_CHECK = textwrap.dedent("""
         if n_cand > n_max - 1:
             continue
         logp = (-torch.rand(n_cand, generator=g).mul(scale).cumsum(0)).to(dev)  # sorted path log-probs
-        policy = TreePolicy(n_min=n_min, n_max=n_max)
         length = torch.tensor(c, device=dev)
-        ref = int(count_nodes(logp, policy, model.curve(length, n_max, device=dev), fixed))
-        free = int(count_nodes(logp, TreePolicy(n_min=n_min, n_max=n_max, bucket=False),
-                               model.curve(length, n_max, device=dev), fixed))
-        raised += ref > free  # the bucket above the rule's count won (count_nodes)
         p = model.params
         coef = torch.tensor([p.u_kv, p.u_att, p.f_kv, p.f_att, p.f_peak, fixed], dtype=torch.float64, device=dev)
-        out = torch.full((3,), -1, dtype=torch.long, device=dev)
-        count_nodes_fused(logp, model.curve_parts(n_max, dev), coef, length, n_min, n_max, out[1:2])
-        got = out.tolist()
-        assert got[0] == got[2] == -1, got  # only its own element written
-        assert got[1] == ref, (n_cand, n_min, n_max, c, fixed, scale, got[1], ref)
+        got = {}
+        for rounding in ("best-neighbour", "down", None):  # "down" and None count alike: the rounding comes after
+            policy = TreePolicy(n_min=n_min, n_max=n_max, rounding=rounding)
+            ref = int(count_nodes(logp, policy, model.curve(length, n_max, device=dev), fixed))
+            out = torch.full((3,), -1, dtype=torch.long, device=dev)
+            count_nodes_fused(logp, model.curve_parts(n_max, dev), coef, length, n_min, n_max, out[1:2],
+                              neighbour=policy.neighbour)
+            got[rounding] = out.tolist()
+            assert got[rounding][0] == got[rounding][2] == -1, got  # only its own element written
+            assert got[rounding][1] == ref, (n_cand, n_min, n_max, c, fixed, scale, rounding, got[rounding][1], ref)
+            counts.add(ref)
+        raised += got["best-neighbour"][1] > got["down"][1]  # the bucket above the rule's count won
+        assert got["down"] == got[None]
         cases += 1
-        counts.add(ref)
     print("fused count equals the reference on", cases, "cases,", len(counts), "distinct counts,", raised, "raised")
 """)
 

@@ -14,7 +14,7 @@ import itertools
 import torch
 
 from bastion.costmodel.model import CostModel, StepOverheads, rule_costs
-from bastion.speculative.policy import TreePolicy
+from bastion.speculative.policy import ROUNDINGS, TreePolicy
 from bastion.speculative.rule import count_nodes
 from tests.calibration.test_store_format import PARAMS, PEAKS, SHAPE
 
@@ -40,11 +40,14 @@ def test_curve_and_count_on_the_host_equal_the_torch_path(monkeypatch):
     for model, n, n_min, n_max, scale in itertools.product(models, (1, 7, 31, 127), (1, 8, 32), (64, 256), (0.05, 0.3, 2.0)):
         if n > n_max - 1 or n_min > n_max:
             continue
-        for _ in range(5):
+        for trial in range(6):
             logp = -torch.rand(n, generator=g).mul(scale).cumsum(0)
-            policy, fixed = TreePolicy(n_min=n_min, n_max=n_max), float(torch.rand(1, generator=g)) * 3e-2
+            rounding = ROUNDINGS[trial % 3]
+            policy = TreePolicy(n_min=n_min, n_max=n_max, rounding=rounding)
+            fixed = float(torch.rand(1, generator=g)) * 3e-2
             curve = model.curve(97, n_max)  # the same for both paths (checked above)
             host, ref = _both(monkeypatch, functools.partial(count_nodes, logp, policy, curve, fixed))
-            assert int(host) == int(ref), (n, n_min, n_max, scale)
-            counts.add(int(ref))
-    assert len(counts) > 10  # the cases reach many different counts, not only the ends
+            assert int(host) == int(ref), (n, n_min, n_max, scale, rounding)
+            counts.add((rounding, int(ref)))
+    for rounding in ROUNDINGS:  # the cases reach many different counts under every rounding, not only the ends
+        assert len([c for r, c in counts if r == rounding]) > 8, rounding

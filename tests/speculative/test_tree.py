@@ -20,6 +20,7 @@ from scipy.stats import chisquare
 
 from bastion.speculative.accept import accept, propose
 from bastion.speculative.path_rank import top_paths
+from bastion.speculative.policy import ROUNDINGS
 from bastion.speculative.tree import (
     Tree,
     TreePolicy,
@@ -55,24 +56,24 @@ def _cost_curve(seed: int, n_max: int) -> tuple[torch.Tensor, float]:
 
 
 @st.composite
-def cases(draw, max_d: int = 7, max_v: int = 40, force_full_topk: bool = False, adaptive=None, bucket=None):
+def cases(draw, max_d: int = 7, max_v: int = 40, force_full_topk: bool = False, adaptive=None, rounding="any"):
     seed = draw(st.integers(0, 2**31 - 1))
     d = draw(st.integers(1, max_d))
     v = draw(st.integers(2, max_v))
     scale = draw(st.floats(0.3, 4.0))
     topk = v if force_full_topk else draw(st.integers(1, min(v, 128)))
     is_adaptive = draw(st.booleans()) if adaptive is None else adaptive
-    use_bucket = draw(st.booleans()) if bucket is None else bucket
+    use_rounding = draw(st.sampled_from(ROUNDINGS)) if rounding == "any" else rounding
     curve, fixed = None, 0.0
     if is_adaptive:
         n_min = draw(st.integers(1, 16))
         n_max = draw(st.integers(n_min, 120))
-        policy = TreePolicy(n_min=n_min, n_max=n_max, topk=topk, bucket=use_bucket)
+        policy = TreePolicy(n_min=n_min, n_max=n_max, topk=topk, rounding=use_rounding)
         curve, fixed = _cost_curve(seed + 1, n_max)
         limit = n_max
     else:
         budget = draw(st.integers(1, 80))
-        policy = TreePolicy(topk=topk, bucket=use_bucket, budget=budget)
+        policy = TreePolicy(topk=topk, rounding=use_rounding, budget=budget)
         limit = budget
     hint = draw(st.none() | st.integers(1, limit))
     root = draw(st.integers(0, v - 1))
@@ -199,7 +200,7 @@ def test_tree_invariants(case):
         total = 1 + _num_paths(d_max, k)
         assert n <= policy.n_max
         assert n >= min(policy.n_min, total)  # the rule always admits candidates while n < n_min
-        if policy.bucket:
+        if policy.rounding is not None:
             if total < policy.n_min:
                 assert n == total
             else:
@@ -227,7 +228,7 @@ def test_kept_nodes_are_the_top_paths(case):
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
-@given(cases(adaptive=True, bucket=False))
+@given(cases(adaptive=True, rounding=None))
 def test_adaptive_rule_holds_then_fails(case):
     """Unbucketed adaptive size n: the rule admitted every node and rejects the next candidate."""
     tree = _build(case, case["hint"])
@@ -253,41 +254,45 @@ def test_adaptive_rule_holds_then_fails(case):
             assert n - 1 == _num_paths(logq.shape[0], k)
 
 
-def test_bucketing_rounds_adaptive_size_down():
+@pytest.mark.parametrize("rounding", ["down", "best-neighbour"])
+def test_bucketing_rounds_adaptive_size_down(rounding):
     logq = _draft_logprobs(7, 5, 20, 1.0)
     curve = 1.0 + 1e-12 * torch.arange(52, dtype=torch.float64)  # nearly flat: every candidate helps
     curve[0] = 0.0
-    free = build_tree(torch.tensor(0), logq, TreePolicy(n_min=8, n_max=50, bucket=False), curve, 0.01)
-    bucketed = build_tree(torch.tensor(0), logq, TreePolicy(n_min=8, n_max=50, bucket=True), curve, 0.01)
+    free = build_tree(torch.tensor(0), logq, TreePolicy(n_min=8, n_max=50, rounding=None), curve, 0.01)
+    bucketed = build_tree(torch.tensor(0), logq, TreePolicy(n_min=8, n_max=50, rounding=rounding), curve, 0.01)
     assert free.size == 50
-    assert bucketed.size == 48
+    assert bucketed.size == 48  # the bucket above, 56, is past n_max: both roundings go down
     assert bucketed.tokens.tolist() == free.tokens.tolist()[:48]
     assert bucketed.parents.tolist() == free.parents.tolist()[:48]
 
 
-def test_the_count_goes_to_the_bucket_beside_it_with_the_higher_rate():
-    """A count between two buckets takes the one with the higher P / (T_fixed + C), not always the lower.
+@pytest.mark.parametrize("rounding", ["down", "best-neighbour"])
+def test_the_rounding_of_the_count(rounding):
+    """``down``: the multiple of n_min at or below the rule's count, always (the paper's release).
+    ``best-neighbour``: the one beside it with the higher P / (T_fixed + C), not always the lower.
 
-    Brute force: the unbucketed tree's size n*, the buckets lo <= n* < hi, P(k) from every
-    ranked path's probability.  The bucketed tree must be ``hi`` exactly when hi can be
-    formed (within n_max and the paths that exist) and its rate is higher, else ``lo``,
-    and it must be the best ``size - 1`` paths, as the heap oracle builds it.
+    Brute force: the unrounded tree's size n*, the buckets lo <= n* < hi, P(k) from every
+    ranked path's probability.  With ``best-neighbour`` the tree must be ``hi`` exactly when
+    hi can be formed (within n_max and the paths that exist) and its rate is higher, else
+    ``lo``; with ``down`` always ``lo`` (n* itself under n_min); and it must be the best
+    ``size - 1`` paths, as the heap oracle builds it.
     """
     ups = downs = 0
     for seed in range(150):
         n_min, n_max = (8, 16)[seed % 2], 64 + seed % 50
         logq = _draft_logprobs(seed, 6, 30, 0.5 + (seed % 7) / 2)
         curve, fixed = _cost_curve(seed + 1000, n_max)
-        free = _build(dict(root=0, logq=logq, policy=TreePolicy(n_min=n_min, n_max=n_max, bucket=False), curve=curve,
+        free = _build(dict(root=0, logq=logq, policy=TreePolicy(n_min=n_min, n_max=n_max, rounding=None), curve=curve,
                            fixed=fixed))
-        policy = TreePolicy(n_min=n_min, n_max=n_max)
+        policy = TreePolicy(n_min=n_min, n_max=n_max, rounding=rounding)
         tree = _build(dict(root=0, logq=logq, policy=policy, curve=curve, fixed=fixed), hint=seed % 40 + 1)
         logp = top_paths(logq.topk(min(policy.topk, 30), dim=-1).values, n_max - 1)[0].double()
         total = torch.cat([torch.ones(1, dtype=torch.float64), logp.exp()]).cumsum(0)  # P(k) = total[k - 1]
         c = curve.double()
         lo = free.size // n_min * n_min
         hi = lo + n_min
-        if lo >= n_min and lo < free.size and hi <= min(n_max, logp.shape[0] + 1) \
+        if rounding == "best-neighbour" and lo >= n_min and lo < free.size and hi <= min(n_max, logp.shape[0] + 1) \
                 and total[hi - 1] / (fixed + c[hi]) > total[lo - 1] / (fixed + c[lo]):
             expected, ups = hi, ups + 1
         else:
@@ -296,7 +301,13 @@ def test_the_count_goes_to_the_bucket_beside_it_with_the_higher_rate():
         assert tree.size == expected, (seed, free.size, tree.size)
         tokens, parents = build_tree_heap(0, logq, policy, curve, fixed)
         assert (tree.tokens.tolist(), tree.parents.tolist()) == (tokens, parents)
-    assert ups > 10 and downs > 10, (ups, downs)  # both outcomes are exercised
+    assert downs > 10, downs
+    assert ups > 10 if rounding == "best-neighbour" else ups == 0, ups  # both outcomes exercised where they exist
+
+
+def test_the_policy_names_an_unknown_rounding():
+    with pytest.raises(ValueError, match="unknown rounding 'up'; choose from down, best-neighbour, None"):
+        TreePolicy(rounding="up")
 
 
 def test_adaptive_tree_needs_a_cost_curve():
@@ -494,8 +505,8 @@ def test_tied_inputs_give_identical_trees(seed, rank, monkeypatch):
     d, v = 3 + seed % 4, 6 + seed % 5
     logq = _tied_logprobs(seed, d, v)
     curve, fixed = _cost_curve(seed, 96)
-    policies = [TreePolicy(budget=b, bucket=False) for b in (5, 17, 40, 96)]
-    policies += [TreePolicy(n_min=n_min, n_max=96, bucket=False) for n_min in (1, 4, 16)]
+    policies = [TreePolicy(budget=b, rounding=None) for b in (5, 17, 40, 96)]
+    policies += [TreePolicy(n_min=n_min, n_max=96, rounding=None) for n_min in (1, 4, 16)]
     for policy in policies:
         adaptive = policy.budget is None
         tokens, parents = build_tree_heap(7, logq, policy, curve if adaptive else None, fixed)
@@ -508,8 +519,8 @@ def test_tied_inputs_give_identical_trees(seed, rank, monkeypatch):
 def test_all_equal_paths_follow_the_documented_tie_order():
     """Uniform drafts: every path of a depth ties; shallower first, then parent order, then token rank."""
     logq = torch.full((3, 4), math.log(0.25))
-    tree = build_tree(torch.tensor(0), logq, TreePolicy(budget=1 + 4 + 6, bucket=False))
-    tokens, parents = build_tree_heap(0, logq, TreePolicy(budget=1 + 4 + 6, bucket=False))
+    tree = build_tree(torch.tensor(0), logq, TreePolicy(budget=1 + 4 + 6, rounding=None))
+    tokens, parents = build_tree_heap(0, logq, TreePolicy(budget=1 + 4 + 6, rounding=None))
     assert tree.tokens.tolist() == tokens and tree.parents.tolist() == parents
     top = logq.topk(4, dim=-1).indices.tolist()
     assert tree.depths.tolist() == [0, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2]
@@ -524,7 +535,7 @@ def test_rule_differences_in_fp64():
     curve[0] = 0.0
     assert bool((curve[2:].float() == curve[1:-1].float()).all())  # flat in fp32: every candidate pays
     logq = torch.full((2, 8), math.log(1e-11))
-    policy = TreePolicy(n_min=2, n_max=n_max, bucket=False)
+    policy = TreePolicy(n_min=2, n_max=n_max, rounding=None)
     # p * (T + C(n)) ~ 1e-11 < P * 1e-9: rejected as soon as n >= n_min
     assert build_tree(torch.tensor(0), logq, policy, curve, 0.0).size == 2
     assert len(build_tree_heap(0, logq, policy, curve, 0.0)[0]) == 2

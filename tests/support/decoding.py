@@ -53,5 +53,5 @@ POLICIES = [
     TreePolicy(n_min=8, n_max=8),  # n_max equal to the bucket: always exactly 8
     TreePolicy(n_min=4, n_max=13),  # n_max not a bucket edge
     TreePolicy(n_min=16, n_max=512),
-    TreePolicy(n_min=3, n_max=64, bucket=False),
+    TreePolicy(n_min=3, n_max=64, rounding=None),
 ]

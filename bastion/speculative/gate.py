@@ -1,0 +1,108 @@
+"""Whether this project's rule drafts at all: AR steps while no tree pays, and probes to notice when one does again.
+
+The budget rule sizes a tree once the draft exists, but the draft itself costs
+``T_draft`` every step.  When the drafter's guesses rarely survive (a flat target
+distribution at T = 1, a drafter that does not fit the text), every drafted step costs
+more than the tokens it commits would cost by AR steps, whatever tree the rule builds.
+The gate compares the two from the calibration's costs and what the steps commit:
+
+    gain of a drafted step = committed tokens x T_ar(c) - T_step(n, c)
+
+in seconds saved against committing the same tokens by AR steps, with ``T_ar`` an AR
+step and ``T_step`` a drafted step of ``n`` nodes at context ``c``.  Drafting pays while
+the gains are positive on average.
+
+It keeps the gains of the last :data:`WINDOW` drafted steps and stops drafting once it is
+confident they are negative: after at least :data:`MIN_STEPS` of them, when their mean
+plus :data:`Z` standard errors is still below zero.  The spread is taken at least as one
+token's worth (``T_ar``), so three unlucky steps of a drafter that pays do not stop it.
+While stopped it runs AR steps and now and then one drafted step, a probe: after
+:data:`FIRST_WAIT` AR steps, the wait doubling after every probe that did not pay, up to
+:data:`MAX_WAIT`.  A probe that pays resumes drafting, with a window holding only it, and
+halves the wait the next stop starts from: one lucky probe among many that do not pay
+(T = 1 on the tiny pair: a step of four committed tokens among steps of one) then costs
+a few drafted steps, not a new series of short waits.
+
+A decoder keeps one gate for all its prompts (:meth:`DraftGate.restart` at each), so what
+one prompt taught carries to the next (a prompt's first step drafts regardless: its draft
+takes in the prompt, and the gate only adds its gain to the window): at T = 1 on the tiny pair 15 of 575 steps drafted
+over eight prompts, most of them on the first.  At T > 0 this makes a prompt's samples
+depend on the prompts the decoder ran before it (which steps draft decides how many
+numbers each step draws); they are exact samples of the target all the same.
+
+Everything here runs on the host from values the host has read, so the static engine,
+which launches a step's draft before it reads the previous step, decides from the steps
+read so far (one step later than the eager engine).  The gate never changes what is
+emitted, only how many steps draft: outputs stay the target's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+WINDOW = 16  # drafted steps whose gains the decision reads
+MIN_STEPS = 3  # drafted steps before the gate may stop drafting
+Z = 2.0  # standard errors the mean gain must stay below zero by
+FIRST_WAIT = 2  # AR steps before the first probe
+MAX_WAIT = 64  # the longest run of AR steps between probes
+
+
+@dataclass
+class DraftGate:
+    """One decode's decision to draft or to take an AR step; see the module docstring."""
+
+    ar_step: Callable[[int], float]  # context -> seconds of an AR step
+    drafted_step: Callable[[int, int], float]  # (tree size, context) -> seconds of a drafted step
+    gains: deque = field(default_factory=lambda: deque(maxlen=WINDOW))  # seconds, the last drafted steps'
+    drafting: bool = True
+    probing: bool = False  # a probe was decided and its count is not read yet
+    wait: int = 0  # AR steps left before the next probe
+    backoff: int = FIRST_WAIT  # the AR steps before the next probe, when this one does not pay
+    skipped: int = 0  # AR steps taken in place of drafted ones
+
+    def drafts(self) -> bool:
+        """Whether the next step drafts: always while drafting pays, else once after each wait (a probe)."""
+        if self.drafting:
+            return True
+        if not self.probing and self.wait == 0:
+            self.probing = True  # no other probe until this one's count is read
+            return True
+        if not self.probing:
+            self.wait -= 1
+        self.skipped += 1
+        return False
+
+    def restart(self) -> None:
+        """A new prompt: a probe whose count was never read counts as one that did not pay."""
+        if self.probing:
+            self.probing = False
+            self.backoff = min(2 * self.backoff, MAX_WAIT)
+            self.wait = self.backoff
+
+    def observe(self, committed: int, nodes: int, context: int) -> None:
+        """A drafted step at ``context`` verified ``nodes`` nodes and committed ``committed`` tokens."""
+        t_ar = self.ar_step(context)
+        gain = committed * t_ar - self.drafted_step(nodes, context)
+        if self.probing:  # resume when the probe paid, else wait twice as long for the next
+            self.probing = False
+            if gain > 0:
+                self.drafting, self.backoff = True, max(FIRST_WAIT, self.backoff // 2)
+                self.gains.clear()
+                self.gains.append(gain)
+            else:
+                self.backoff = min(2 * self.backoff, MAX_WAIT)
+                self.wait = self.backoff
+            return
+        self.gains.append(gain)  # (a step decided before drafting stopped, read after, only adds its gain)
+        if self.drafting and len(self.gains) >= MIN_STEPS and self.upper(t_ar) < 0:
+            self.drafting, self.wait = False, self.backoff
+
+    def upper(self, spread_floor: float) -> float:
+        """The mean gain plus :data:`Z` standard errors, the spread at least ``spread_floor``."""
+        k = len(self.gains)
+        mean = sum(self.gains) / k
+        var = sum((g - mean) ** 2 for g in self.gains) / max(k - 1, 1)
+        return mean + Z * max(math.sqrt(var), spread_floor) / math.sqrt(k)
