@@ -329,9 +329,33 @@ ABLATION = list(EXP.get("budget_ablation", []))
 MAIN_METHODS = [BASELINE] + [m for m in EXP["methods"] if m != BASELINE]
 ABLATION_METHODS = [ablation_method(b) for b in ABLATION]
 METHODS = MAIN_METHODS + ABLATION_METHODS
+# The release's lossy acceptance (bastion_lossy) differs from its lossless twin only at
+# T > 0, so it is decoded at T > 0 only.
+LOSSY_METHODS = [m for m in MAIN_METHODS if "lossy" in m]
 # The budget rules among the experiment's methods: every method named bastion* sizes its
-# trees by a rule (the fixed budgets are bastion-b<N>, which are no experiment method).
-ADAPTIVE_METHODS = [m for m in MAIN_METHODS if m.startswith("bastion")]
+# trees by a rule (the fixed budgets are bastion-b<N>, which are no experiment method); the
+# ablation compares trees, not acceptance, so it leaves the lossy acceptance out.
+ADAPTIVE_METHODS = [
+    m for m in MAIN_METHODS if m.startswith("bastion") and m not in LOSSY_METHODS
+]
+
+
+def methods_at(temperature):
+    """The main comparison's methods at one temperature (a result path's or the config's)."""
+    greedy = float(temperature) == 0
+    return [m for m in MAIN_METHODS if not (greedy and m in LOSSY_METHODS)]
+
+
+# The temperature classes whose decode jobs hold different methods: a regular expression
+# of the {temperature} wildcard each, and the suffix of its rules' names.  One class (no
+# suffix) unless the lossy acceptance splits greedy from sampled temperatures.
+GREEDY_TEMPERATURE = r"0"
+SAMPLED_TEMPERATURE = r"[0-9]+\.[0-9]+|[1-9][0-9]*"
+TEMPERATURE_CLASSES = (
+    [("", GREEDY_TEMPERATURE, "0"), ("_sampled", SAMPLED_TEMPERATURE, "1")]
+    if LOSSY_METHODS and "0" in TEMPS and any(t != "0" for t in TEMPS)
+    else [("", r"[0-9]+(\.[0-9]+)?", TEMPS[0])]
+)
 # The ablation job's own runs: AR (the speedup baseline, and the history of multi-turn
 # sets), the budget rules and the fixed budgets, decoded in turn prompt by prompt in one
 # process into files of their own, so that a drift of the machine's speed touches every
@@ -368,7 +392,7 @@ def all_decode_outputs(hardware=HW, methods=None, files=decode_output):
         for m in MODELS
         for d in DATASETS
         for t in TEMPS
-        for meth in (MAIN_METHODS if methods is None else methods)
+        for meth in (methods_at(t) if methods is None else methods)
     ]
 
 
@@ -525,7 +549,8 @@ def cell_runs(hardware, model, dataset, temperature, methods, files=decode_outpu
     }
 
 
-def get_decode_cell_params(wildcards, methods=MAIN_METHODS, files=decode_output):
+def get_decode_cell_params(wildcards, methods=None, files=decode_output):
+    methods = methods_at(wildcards.temperature) if methods is None else methods
     return cell_runs(
         wildcards.hardware,
         wildcards.model,
@@ -536,8 +561,9 @@ def get_decode_cell_params(wildcards, methods=MAIN_METHODS, files=decode_output)
     )
 
 
-def get_decode_model_params(wildcards, methods=MAIN_METHODS, files=decode_output):
+def get_decode_model_params(wildcards, methods=None, files=decode_output):
     """ "dataset/method" -> the runs of every cell of this (hardware, model, temperature), dataset by dataset."""
+    methods = methods_at(wildcards.temperature) if methods is None else methods
     return {
         f"{d}/{m}": knobs
         for d in DATASETS
@@ -579,10 +605,13 @@ MODEL_ABLATION_OUTPUT = (
 )
 
 
-def decode_rule(name, scope, inputs, outputs, logs=None, **params):
+def decode_rule(
+    name, scope, inputs, outputs, logs=None, temperature=r"[0-9]+(\.[0-9]+)?", **params
+):
     """One decode rule: its name, what one job covers, inputs, outputs and params.
 
     ``logs`` names the folder of the job's log and benchmark (default: the rule's name);
+    ``temperature`` is the regular expression of the temperatures its jobs decode;
     ``params`` are the job's own, before the software fingerprint and the code hash that
     every decode job carries.
     """
@@ -591,6 +620,7 @@ def decode_rule(name, scope, inputs, outputs, logs=None, **params):
         "name": name,
         "inputs": inputs,
         "outputs": outputs,
+        "temperature": temperature,
         "params": {**params, "software": SOFTWARE, "code": CODE_DECODE},
         "log": f"logs/{folder}/{scope}.log",
         "benchmark": f"logs/benchmarks/{folder}/{scope}.tsv",
@@ -601,22 +631,31 @@ def get_cell_rules():
     """The decode rules whose jobs decode several runs in one process (decode_cell.py):
     the main comparison's with `decode_jobs: model` or `cell`, and the ablation's."""
     rules = []
-    if DECODE_JOBS == "model":
-        outputs = expand(MODEL_OUTPUT, dataset=DATASETS, method=MAIN_METHODS)
-        knobs = get_decode_model_params
-        rules.append(
-            decode_rule(
-                "decode_model", MODEL_SCOPE, get_model_inputs, outputs, knobs=knobs
+    for suffix, temps, example in TEMPERATURE_CLASSES:
+        if DECODE_JOBS == "model":
+            outputs = expand(MODEL_OUTPUT, dataset=DATASETS, method=methods_at(example))
+            rules.append(
+                decode_rule(
+                    f"decode_model{suffix}",
+                    MODEL_SCOPE,
+                    get_model_inputs,
+                    outputs,
+                    temperature=temps,
+                    knobs=get_decode_model_params,
+                )
             )
-        )
-    elif DECODE_JOBS == "cell":
-        outputs = expand(CELL_OUTPUT, method=MAIN_METHODS)
-        knobs = get_decode_cell_params
-        rules.append(
-            decode_rule(
-                "decode_cell", CELL_SCOPE, get_cell_inputs, outputs, knobs=knobs
+        elif DECODE_JOBS == "cell":
+            outputs = expand(CELL_OUTPUT, method=methods_at(example))
+            rules.append(
+                decode_rule(
+                    f"decode_cell{suffix}",
+                    CELL_SCOPE,
+                    get_cell_inputs,
+                    outputs,
+                    temperature=temps,
+                    knobs=get_decode_cell_params,
+                )
             )
-        )
     if ABLATION_RUNS:
         rules.append(ablation_rule())
     return rules

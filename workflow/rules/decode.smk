@@ -26,6 +26,8 @@ for job in get_cell_rules():
             job["log"],
         benchmark:
             job["benchmark"]
+        wildcard_constraints:
+            temperature=job["temperature"],
         conda:
             "../../envs/bastion.yaml"
         threads: 1
@@ -50,6 +52,8 @@ for job in get_method_rules():
             job["log"],
         benchmark:
             job["benchmark"]
+        wildcard_constraints:
+            temperature=job["temperature"],
         conda:
             "../../envs/bastion.yaml"
         threads: 1
