@@ -73,7 +73,7 @@ def test_multi_turn_runs_of_a_model_job_read_the_ar_records_it_writes_first(work
     found = dag_jobs(work, *targets, configfiles=("config.yaml", str(overlay)),
                      config={"experiment": "paper", "hardware": "h200"})
     decode = {next(o for o in j["output"] if o.endswith("/mt-bench/t0/ar.jsonl") or o.endswith("/mt-bench/t1/ar.jsonl")): j
-              for j in found if j["rule"] == "decode_model"}
+              for j in found if j["rule"] in ("decode_model", "decode_model_sampled")}
     assert sorted(decode) == [cell.format("mt-bench", t, "ar") for t in (0, 1)]  # one job per temperature
     for t in (0, 1):
         job = decode[cell.format("mt-bench", t, "ar")]
@@ -82,7 +82,7 @@ def test_multi_turn_runs_of_a_model_job_read_the_ar_records_it_writes_first(work
         mt_bench = [run for run in knobs if run.startswith("mt-bench/")]
         assert mt_bench[0] == "mt-bench/ar"  # AR runs first in the dataset: its records exist when the others start
         assert knobs["mt-bench/ar"]["history"] is None
-        for method in ("eagle3", "dflash", "bastion"):
+        for method in ("eagle3", "dflash", "bastion", "bastion_plus", *(("bastion_lossy",) if t else ())):
             run = knobs[f"mt-bench/{method}"]
             assert run["history"] == cell.format("mt-bench", t, "ar") and run["output"] == cell.format("mt-bench", t, method)
             assert knobs[f"gsm8k/{method}"]["history"] is None
@@ -97,5 +97,5 @@ def test_multi_turn_runs_of_a_model_job_read_the_ar_records_it_writes_first(work
         ar = cell.format("mt-bench", f"{t:g}", "ablation/ar")
         assert [run for run in knobs if run.startswith("mt-bench/")][0] == "mt-bench/ar" and knobs["mt-bench/ar"]["output"] == ar
         others = [run for name, run in knobs.items() if name.startswith("mt-bench/") and name != "mt-bench/ar"]
-        assert len(others) == 1 + 6 and {run["history"] for run in others} == {ar}  # bastion and the 6 budgets
+        assert len(others) == 2 + 6 and {run["history"] for run in others} == {ar}  # the two rules and the 6 budgets
         assert {run["history"] for name, run in knobs.items() if name.startswith("gsm8k/")} == {None}

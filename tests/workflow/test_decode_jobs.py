@@ -30,12 +30,12 @@ def test_tiny_plans_one_decode_job_and_one_calibration_job(work, tmp_path):
     assert plan.get("calibrate_model") == 1 and "calibrate_latency" not in plan and "measure_hardware" not in plan
     block = next(b for b in re.split(r"\n(?=rule )", dry) if b.startswith("rule decode_model:"))
     outputs = re.search(r"\n\s+output: (.*)", block).group(1).split(",")
-    assert len(outputs) == 2 * 4  # both datasets x (ar, eagle3, dflash, bastion)
+    assert len(outputs) == 2 * 5  # both datasets x (ar, eagle3, dflash, bastion, bastion_plus): no lossy at T = 0
     assert "decode_model_ablation" not in plan and "aggregate_ablation" not in plan
     overlay = tmp_path / "cell.yaml"
     overlay.write_text("experiments:\n  tiny:\n    decode_jobs: cell\n    calibration_jobs: chain\n")
     plan = planned(work, "--configfile", "config.yaml", str(overlay), "--", "figures/speedup_table.pdf")
-    assert plan.get("decode_cell") == 2 and "decode_model" not in plan  # 2 datasets x 1 temperature, 4 methods each
+    assert plan.get("decode_cell") == 2 and "decode_model" not in plan  # 2 datasets x 1 temperature, 5 methods each
     assert "decode_cell_ablation" not in plan
     assert plan.get("measure_hardware") == 1 and plan.get("calibrate_latency") == 1 and plan.get("profile_constants") == 1
 
@@ -52,21 +52,25 @@ def test_the_budget_ablation_is_a_job_of_its_own(work):
     datasets = ("humaneval-pkg", "stdlib-heldout")
     assert sorted(job["input"]) == sorted([*(f"results/datasets/{d}.jsonl" for d in datasets), "results/models/tiny.json",
                                            f"results/{hw}/tiny/calibration.json"])  # no AR file of the main job
-    runs = [(d, m) for d in datasets for m in ("ar", "bastion", "bastion-b8", "bastion-b16", "bastion-b32")]
+    runs = [(d, m) for d in datasets
+            for m in ("ar", "bastion", "bastion_plus", "bastion-b4", "bastion-b8", "bastion-b16", "bastion-b32")]
     assert list(job["params"]["knobs"]) == [f"{d}/{m}" for d, m in runs]  # AR first, the order they advance in
     files = [f"results/{hw}/tiny/{d}/t0/ablation/{m}.jsonl" for d, m in runs]
     assert sorted(job["output"]) == sorted(files)
     assert [k["output"] for k in job["params"]["knobs"].values()] == files
     assert {(k["method"], k["budget"]) for k in job["params"]["knobs"].values()} == {
-        ("ar", None), ("bastion", None), ("bastion", 8), ("bastion", 16), ("bastion", 32)}
+        ("ar", None), ("bastion", None), ("bastion_plus", None), ("bastion", 4), ("bastion", 8), ("bastion", 16),
+        ("bastion", 32)}
     assert sorted(plan["aggregate_ablation"]["input"]) == sorted(files)
-    assert plan["plot_budget_ablation"]["input"] == [f"results/{hw}/aggregate/tiny/ablation/cells.csv"]
+    assert plan["plot_budget_ablation"]["input"] == [f"results/{hw}/aggregate/tiny/ablation/{name}.csv"
+                                                     for name in ("cells", "same_size")]
 
 
 def test_paper_keeps_one_job_per_method(work):
-    """3 models x 8 datasets x 2 temperatures: a job per method, and one ablation job per cell."""
+    """3 models x 8 datasets x 2 temperatures: a job per method (the lossy acceptance at T = 1
+    only), and one ablation job per cell."""
     plan = planned(work, "--config", "experiment=paper", "hardware=h200")
-    assert plan.get("decode") == 3 * 8 * 2 * 4 and "decode_cell" not in plan
+    assert plan.get("decode") == 3 * 8 * (5 + 6) and "decode_cell" not in plan
     assert plan.get("decode_cell_ablation") == 3 * 8 * 2
 
 
@@ -92,14 +96,14 @@ def test_a_multi_turn_cell_writes_all_methods_without_waiting_for_ar(work, tmp_p
     inputs = re.search(r"\n\s+input: (.*)", block).group(1)
     outputs = {x.strip() for x in re.search(r"\n\s+output: (.*)", block).group(1).split(",")}
     assert "ar.jsonl" not in inputs and "results/h200/qwen3-8b/calibration.json" in inputs
-    assert outputs == {f"{cell}/{m}.jsonl" for m in ("ar", "eagle3", "dflash", "bastion")}
+    assert outputs == {f"{cell}/{m}.jsonl" for m in ("ar", "eagle3", "dflash", "bastion", "bastion_plus")}
     assert re.search(r"decode_cell\s+1\b", out) and not re.search(r"^\s*decode\s+\d", out, re.M)
     found = dag_jobs(work, f"{cell}/ablation/bastion-b64.jsonl", configfiles=("config.yaml", str(overlay)),
                      config={"experiment": "paper", "hardware": "h200"})
     assert "decode_cell" not in {j["rule"] for j in found}  # the ablation does not wait for the main job
     job = next(j for j in found if j["rule"] == "decode_cell_ablation")
     assert not any(x.endswith("ar.jsonl") for x in job["input"])
-    methods = ["ar", "bastion", *(f"bastion-b{b}" for b in (32, 64, 128, 256, 512, 1024))]
+    methods = ["ar", "bastion", "bastion_plus", *(f"bastion-b{b}" for b in (32, 64, 128, 256, 512, 1024))]
     assert sorted(job["output"]) == sorted(f"{cell}/ablation/{m}.jsonl" for m in methods)
     knobs = job["params"]["knobs"]
     assert list(knobs) == methods and knobs["ar"]["history"] is None
@@ -135,7 +139,8 @@ def test_one_calibration_job_writes_every_temperature_class(work, tmp_path):
     overlay.write_text("experiments:\n  tiny:\n    temperatures: [0.0, 1.0]\n")
     args = ["--configfile", "config.yaml", str(overlay), "--config", "hardware=h200", "--", "figures/speedup_table.pdf"]
     plan, dry = dry_run(work, *args)
-    assert plan.get("calibrate_model") == 1 and plan.get("decode_model") == 2  # one decode job per temperature
+    # one decode job per temperature: the lossy acceptance's T = 1 job is a rule of its own
+    assert plan.get("calibrate_model") == 1 and plan.get("decode_model") == 1 and plan.get("decode_model_sampled") == 1
     block = next(b for b in re.split(r"\n(?=(?:local)?rule )", dry) if re.match(r"(local)?rule calibrate_model:", b))
     outputs = {x.strip() for x in re.search(r"\n\s+output: (.*)", block).group(1).split(",")}
     assert outputs == {f"results/h200/tiny/{name}.json" for name in (
