@@ -52,6 +52,7 @@ def run_from_knobs(k: dict[str, Any], models: dict[str, Any], data: str, calibra
                    model_name: str, dataset_name: str, output: str, history: str | None = None,
                    shard: tuple[int, int] = (0, 1)) -> DecodeRun:
     """The run of one pipeline decode job (or one method of a cell) from its rule's knobs."""
+    kernels = k["kernels"]
     return DecodeRun(
         model=models["target"], draft_model=models["drafter"], dataset=data, methods=(k["method"],),
         temperature=k["temperature"], max_new_tokens=k["max_new_tokens"], max_samples=k["max_samples"] or None,
@@ -59,5 +60,7 @@ def run_from_knobs(k: dict[str, Any], models: dict[str, Any], data: str, calibra
         device=k["device"], dtype=k["dtype"], attn_impl=k["attn_impl"], engine=k["engine"], seed=k["seed"],
         data_seed=k["seed"], calibration=calibration, hardware=hardware_key, output=output, model_name=model_name,
         dataset_name=dataset_name, shard=shard, eagle3_model=models.get("eagle3"), history_from=history,
+        rank_kernels=kernels["rank"], blas=kernels["blas"], drafter_layers=kernels["drafter"],
+        row_kernel=kernels["row_kernel"], tile_kernel=kernels["tile_kernel"],
         **k.get("eagle3_tree", {}),
     )

@@ -91,7 +91,8 @@ class Runner:
         # the longest prompt plus its new tokens sizes the static buffers and the calibration grid
         longest = PromptBuilder(self.session.tokenizer(inputs.target_ref), run.enable_thinking).longest_context(
             inputs.prompts, run.max_new_tokens)
-        fp_now = fingerprint.collect(torch.device(run.device), getattr(torch, run.dtype), run.attn_impl, run.engine)
+        fp_now = fingerprint.collect(torch.device(run.device), getattr(torch, run.dtype), run.attn_impl, run.engine,
+                                     run.kernels)
         cal_path = Path(run.calibration) if run.calibration else calibration_path(
             run.cache_dir, run.hardware, inputs.model_name, run.engine, run.temperature)
         plan = Plan(run, inputs, fp_now, cal_path, longest)
@@ -119,7 +120,7 @@ class Runner:
                                      getattr(torch, run.dtype), torch.device(run.device), run.attn_impl,
                                      run.block_size, run.eagle3_policy())
         engine = self.session.engine(run.engine, loaded, n_max=max(policy.n_max, policy.budget or 0),
-                                     max_context=max(plan.longest, run.max_new_tokens + 2048))
+                                     max_context=max(plan.longest, run.max_new_tokens + 2048), kernels=run.kernels)
         return loaded, engine
 
     # ------------------------------------------------------------------------ calibrate

@@ -10,7 +10,7 @@ import torch
 
 from bastion.calibration import fingerprint, planning
 from bastion.calibration.hardware import detect_key
-from bastion.engines.choice import resolve_engine
+from bastion.engines.choice import Kernels, resolve_engine
 
 
 def test_version_file_is_what_torch_reports():
@@ -23,10 +23,11 @@ def test_version_file_is_what_torch_reports():
 
 @pytest.mark.parametrize("dtype", ["auto", "float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("engine", ["auto", "eager", "static", "compiled"])
-def test_cpu_fingerprint_equals_collect(dtype, engine):
+@pytest.mark.parametrize("kernels", [Kernels(), Kernels("torch", "cublas", "module", False, False)])
+def test_cpu_fingerprint_equals_collect(dtype, engine, kernels):
     want = fingerprint.collect(torch.device("cpu"), torch.float32 if dtype == "auto" else getattr(torch, dtype),
-                               "sdpa", resolve_engine(engine, "cpu"))
-    assert planning.cpu_fingerprint(planning.torch_build(), dtype, "sdpa", engine) == want
+                               "sdpa", resolve_engine(engine, "cpu"), kernels)
+    assert planning.cpu_fingerprint(planning.torch_build(), dtype, "sdpa", engine, kernels) == want
 
 
 def test_cpu_key_equals_detect_key():
@@ -34,7 +35,7 @@ def test_cpu_key_equals_detect_key():
 
 
 def test_unknown_dtype_name_defers_to_torch():
-    assert planning.cpu_fingerprint(planning.torch_build(), "half", "sdpa", "auto") is None
+    assert planning.cpu_fingerprint(planning.torch_build(), "half", "sdpa", "auto", Kernels()) is None
 
 
 def test_unreadable_version_file_defers_to_torch(tmp_path, monkeypatch):
@@ -52,7 +53,8 @@ def test_unreadable_version_file_defers_to_torch(tmp_path, monkeypatch):
 
 def test_planning_loads_no_torch():
     code = ("import sys; from bastion.calibration import planning; b = planning.torch_build(); planning.cpu_key(); "
-            "b and planning.cpu_fingerprint(b, 'auto', 'sdpa', 'auto'); print('torch' in sys.modules)")
+            "from bastion.engines.choice import Kernels; "
+            "b and planning.cpu_fingerprint(b, 'auto', 'sdpa', 'auto', Kernels()); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -105,11 +107,14 @@ def test_gpu_name_only_where_the_device_order_cannot_matter(fake_smi, monkeypatc
 
 def test_gpu_fingerprint_has_the_fields_a_gpu_job_records(fake_smi):
     build = planning.TorchBuild("2.11.0+cu128", "12.8", None)
-    fp = planning.gpu_fingerprint(build, "NVIDIA H200", "auto", "sdpa", "auto")
+    kernels = Kernels(blas="cublas", tile_kernel=False)
+    fp = planning.gpu_fingerprint(build, "NVIDIA H200", "auto", "sdpa", "auto", kernels)
+    # on the compiled engine in bf16 every choice acts on the GPU
+    acting = {"rank": "auto", "blas": "cublas", "drafter": "fused", "row_kernel": True, "tile_kernel": False}
     want = fingerprint.assemble("cuda", "NVIDIA H200", driver="570.10", cuda="12.8", torch_version="2.11.0+cu128",
-                                dtype="bfloat16", attn_impl="sdpa", engine="compiled")
-    assert fp == want
-    assert planning.gpu_fingerprint(build, "NVIDIA H200", "half", "sdpa", "auto") is None
+                                dtype="bfloat16", attn_impl="sdpa", engine="compiled", kernels=acting)
+    assert fp == want and fp["kernels"] == acting
+    assert planning.gpu_fingerprint(build, "NVIDIA H200", "half", "sdpa", "auto", kernels) is None
 
 
 def test_no_nvidia_smi_defers_to_torch(tmp_path, monkeypatch):

@@ -68,9 +68,9 @@ def dry_run_with(work: Path, overlay: Path, yaml_text: str) -> tuple[int, str]:
     return res.returncode, res.stdout + res.stderr
 
 
-def planned(work: Path, *args: str) -> dict[str, int]:
+def planned(work: Path, *args: str, extra_env: dict[str, str] | None = None) -> dict[str, int]:
     """Rule -> number of jobs a dry run would execute ({} when nothing is to be done)."""
-    res = smk(work, "-n", "--quiet", "rules", *args)
+    res = smk(work, "-n", "--quiet", "rules", *args, extra_env=extra_env)
     return _job_counts(res.stdout + res.stderr)
 
 

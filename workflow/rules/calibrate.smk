@@ -1,7 +1,7 @@
 # Calibration: one chain of jobs per (hardware, model), on the device that will decode, and
 # per temperature class: {tclass} is "" (greedy probes and overheads) or "_sampled" (T > 0).
 # With `calibration_jobs: one` (small models) a single job runs the whole chain and writes
-# the same files.
+# the same files.  Every job runs the `kernels:` settings, as the decode jobs do.
 
 
 if CALIBRATION_JOBS == "one":
@@ -45,6 +45,7 @@ if CALIBRATION_JOBS == "one":
             dtype=EXP.get("dtype", "auto"),
             attn_impl=config["attn_impl"],
             engine=config["engine"],
+            kernels=KERNEL_KNOBS,
             n_min=N_MIN_EXP,
             n_max=EXP.get("n_max", N_MAX),
             seed=config["seed"],
@@ -74,6 +75,7 @@ else:
             dtype=EXP.get("dtype", "auto"),
             attn_impl=config["attn_impl"],
             engine=config["engine"],
+            kernels=KERNEL_KNOBS,
             software=SOFTWARE,
             code=CODE_DECODE,
         script:
@@ -110,6 +112,7 @@ else:
             dtype=EXP.get("dtype", "auto"),
             attn_impl=config["attn_impl"],
             engine=config["engine"],
+            kernels=KERNEL_KNOBS,
             software=SOFTWARE,
             code=CODE_DECODE,
         script:
@@ -134,6 +137,7 @@ else:
             dtype=EXP.get("dtype", "auto"),
             attn_impl=config["attn_impl"],
             engine=config["engine"],
+            kernels=KERNEL_KNOBS,
             n_min=N_MIN_EXP,
             n_max=EXP.get("n_max", N_MAX),
             seed=config["seed"],

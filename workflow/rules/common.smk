@@ -2,8 +2,8 @@
 
 Everything a job depends on reaches it through `input:` or `params:` so that Snakemake's
 rerun triggers see it: the sample counts, the decoding knobs, a fingerprint of the
-software stack (torch, transformers, dtype, attention backend, engine, device) and a
-hash of the library sources each rule runs.  Nothing here touches the network.
+software stack (torch, transformers, dtype, attention backend, engine, kernels, device)
+and a hash of the library sources each rule runs.  Nothing here touches the network.
 """
 
 import glob
@@ -12,12 +12,14 @@ import math
 import os
 import re
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from snakemake.utils import validate
 
 import bastion.data.registry as bds
 from bastion.calibration import fingerprint, planning
+from bastion.engines.choice import Kernels
 from bastion.defaults import (
     ABLATION_PREFIX,
     BASELINE,
@@ -243,13 +245,28 @@ if N_MIN_EXP > EXP.get("n_max", N_MAX):
     )
 
 
+def _kernels():
+    """The `kernels:` settings with the BASTION_* variables that are set in their place."""
+    try:
+        return Kernels(**config["kernels"]).overridden(os.environ)
+    except ValueError as exc:
+        _stop(exc)
+
+
+KERNELS = _kernels()
+
+
 def _software_fingerprint():
-    """The compared fingerprint fields of this stack; a change reruns calibration and decoding."""
+    """This stack's fingerprint; its compared fields rerun calibration and decoding when they change."""
     fp = None
     if TORCH_BUILD is not None and (CPU_ONLY or EXP.get("device", "auto") == "cpu"):
         # the CPU's fingerprint needs only torch's version string
         fp = planning.cpu_fingerprint(
-            TORCH_BUILD, EXP.get("dtype", "auto"), config["attn_impl"], config["engine"]
+            TORCH_BUILD,
+            EXP.get("dtype", "auto"),
+            config["attn_impl"],
+            config["engine"],
+            KERNELS,
         )
     elif GPU_NAME:
         fp = planning.gpu_fingerprint(
@@ -258,9 +275,9 @@ def _software_fingerprint():
             EXP.get("dtype", "auto"),
             config["attn_impl"],
             config["engine"],
+            KERNELS,
         )
-    fp = fp or _torch_fingerprint()
-    return ";".join(f"{k}={fp[k]}" for k in fingerprint.COMPARED)
+    return fp or _torch_fingerprint()
 
 
 def _torch_fingerprint():
@@ -276,11 +293,23 @@ def _torch_fingerprint():
     )
     dtype = dtype or getattr(torch, EXP["dtype"])
     return fingerprint.collect(
-        device, dtype, config["attn_impl"], resolve_engine(config["engine"], device)
+        device,
+        dtype,
+        config["attn_impl"],
+        resolve_engine(config["engine"], device),
+        KERNELS,
     )
 
 
-SOFTWARE = _software_fingerprint()
+FINGERPRINT = _software_fingerprint()
+SOFTWARE = ";".join(f"{k}={FINGERPRINT[k]}" for k in fingerprint.COMPARED)
+# the kernel settings the jobs get: those that do not act on this device and engine at their
+# defaults, so that a change of a GPU-only choice reruns no CPU job (the fingerprint says n/a)
+KERNEL_KNOBS = asdict(
+    KERNELS.effective(
+        FINGERPRINT["device_type"], FINGERPRINT["engine"], FINGERPRINT["dtype"]
+    )
+)
 
 
 def code_hash(folders, exclude=()):
@@ -485,6 +514,7 @@ def method_knobs(dataset, temperature, method):
         "dtype": EXP.get("dtype", "auto"),
         "attn_impl": config["attn_impl"],
         "engine": config["engine"],
+        "kernels": KERNEL_KNOBS,
         "seed": config["seed"],
         "pattern": HW_PATTERN,
     }
