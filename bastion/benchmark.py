@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "step by step; static: preallocated buffers and CUDA graphs; compiled: static with "
                         "torch.compile'd layers")
     kernels_flags(p)
+    p.add_argument("--threads", type=int, default=1,
+                   help="CPU threads torch computes with (default 1, as the pipeline's cpu_threads: steadier times "
+                        "on a shared machine); part of a CPU calibration")
     p.add_argument("--n-min", type=_n_min, default="auto",
                    help=f"BASTION: minimum tree size and bucket width (auto: {N_MIN} on a GPU, {N_MIN_CPU} on a CPU)")
     p.add_argument("--n-max", type=int, default=N_MAX, help="BASTION: maximum tree size")

@@ -10,7 +10,8 @@ torch.set_num_threads(1)
 
 @pytest.fixture(autouse=True)
 def _process_settings():
-    """Each test starts from the process-wide setting an engine may change: the tree maths'
-    fastest paths (its kernels.rank)."""
+    """Each test starts from the process-wide settings a run may change: one CPU thread (a
+    run's --threads) and the tree maths' fastest paths (an engine's kernels.rank)."""
     yield
+    torch.set_num_threads(1)
     defaults.use_torch_references(False)

@@ -6,7 +6,9 @@ file we write records the fingerprint, and a decode refuses a calibration whose
 fingerprint differs, naming the fields and the way to recalibrate.
 
 The run's kernel settings are part of it as they act on the device (``n/a`` where one
-does not: the matrix library on a CPU).
+does not: the matrix library on a CPU), and so is the number of CPU threads torch uses,
+which sets a CPU's step times; on a GPU the threads are recorded but not compared, since
+the host only launches the device's work there.
 """
 
 from __future__ import annotations
@@ -29,9 +31,11 @@ if TYPE_CHECKING:
 
 #: Fields that must match between a calibration and the run that uses it.
 COMPARED = ("device_name", "driver", "cuda", "torch", "transformers", "dtype", "attn_impl", "engine", "kernels",
-            "bastion")
+            "threads", "bastion")
+# Compared on a CPU only: a GPU's step times do not depend on the host's threads.
+CPU_ONLY = ("threads",)
 # The setting that chooses a field, named when a calibration made under another one is refused.
-SETTING = {"kernels.rank": "--rank-kernels / kernels.rank",
+SETTING = {"threads": "--threads / cpu_threads", "kernels.rank": "--rank-kernels / kernels.rank",
            "kernels.blas": "--blas / kernels.blas", "kernels.drafter": "--drafter-layers / kernels.drafter",
            "kernels.row_kernel": "--[no-]row-kernel / kernels.row_kernel",
            "kernels.tile_kernel": "--[no-]tile-kernel / kernels.tile_kernel"}
@@ -76,7 +80,7 @@ def device_name(device: torch.device) -> str:
 def collect(device: torch.device | str, dtype: torch.dtype, attn_impl: str, engine: str = "eager",
             kernels: Kernels | None = None) -> dict[str, Any]:
     """The fingerprint of this process on ``device``, with the ``kernels`` of its engine (None:
-    the defaults with the environment's overrides)."""
+    the defaults with the environment's overrides) and the threads torch uses now."""
     import torch
 
     device = torch.device(device)
@@ -89,19 +93,22 @@ def collect(device: torch.device | str, dtype: torch.dtype, attn_impl: str, engi
         device.type, device_name(device), driver=_nvidia_driver() if cuda else "none",
         cuda=torch.version.cuda if cuda else "none", torch_version=torch.__version__,
         dtype=dtype_name, attn_impl=attn_impl, engine=engine,
-        kernels=kernels.record(device.type, engine, dtype_name),
+        kernels=kernels.record(device.type, engine, dtype_name), threads=torch.get_num_threads(),
     )
 
 
-def cpu_collect(torch_version: str, dtype: str, attn_impl: str, engine: str, kernels: Kernels) -> dict[str, Any]:
-    """What :func:`collect` answers on the CPU, from torch's version string and a dtype's name
-    (``float32``...), without importing torch (:mod:`bastion.calibration.planning`)."""
+def cpu_collect(torch_version: str, dtype: str, attn_impl: str, engine: str, kernels: Kernels,
+                threads: int) -> dict[str, Any]:
+    """What :func:`collect` answers on the CPU, from torch's version string, a dtype's name
+    (``float32``...) and the threads a job will set, without importing torch
+    (:mod:`bastion.calibration.planning`)."""
     return assemble("cpu", _cpu_name(), driver="none", cuda="none", torch_version=torch_version,
-                    dtype=dtype, attn_impl=attn_impl, engine=engine, kernels=kernels.record("cpu", engine, dtype))
+                    dtype=dtype, attn_impl=attn_impl, engine=engine, kernels=kernels.record("cpu", engine, dtype),
+                    threads=threads)
 
 
 def assemble(device_type: str, name: str, *, driver: str, cuda: str, torch_version: str, dtype: str,
-             attn_impl: str, engine: str, kernels: dict[str, Any]) -> dict[str, Any]:
+             attn_impl: str, engine: str, kernels: dict[str, Any], threads: int) -> dict[str, Any]:
     """The fingerprint's fields, in their order, with this process's package versions and host."""
     # the installed Transformers' version, without importing it (seconds)
     from importlib.metadata import version
@@ -119,6 +126,7 @@ def assemble(device_type: str, name: str, *, driver: str, cuda: str, torch_versi
         "attn_impl": attn_impl,
         "engine": engine,
         "kernels": kernels,
+        "threads": int(threads),
         "bastion": __version__,
         # informational: where the job ran (not compared)
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
@@ -148,10 +156,16 @@ def source_digest() -> str:
     return h.hexdigest()[:16]
 
 
+def compared(fp: dict[str, Any]) -> tuple[str, ...]:
+    """The fields that must match for a run with fingerprint ``fp``: :data:`COMPARED`, less
+    :data:`CPU_ONLY` on a GPU."""
+    return COMPARED if fp.get("device_type") == "cpu" else tuple(k for k in COMPARED if k not in CPU_ONLY)
+
+
 def differences(calibrated: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """Human-readable list of compared fields that differ (a setting's field with its flag and key)."""
     pairs = []
-    for k in COMPARED:
+    for k in compared(current):
         old, new = calibrated.get(k), current.get(k)
         if isinstance(old, dict) and isinstance(new, dict):
             pairs += [(f"{k}.{j}", old.get(j), new.get(j)) for j in {**old, **new}]

@@ -49,34 +49,37 @@ def _same_stack(before: dict[str, Any], now: dict[str, Any], where: str) -> None
     fingerprint.check(before, now, where, "Rerun the calibration rules on one device type (delete the results/{hardware}/{model} calibration files).")
 
 
-def _stack(device: str, dtype: str, attn_impl: str, engine: str,
-           kernels: Kernels | None) -> tuple[torch.device, torch.dtype, dict[str, Any]]:
-    """Device, dtype and fingerprint of this process, with the engine's ``kernels``."""
+def _stack(device: str, dtype: str, attn_impl: str, engine: str, kernels: Kernels | None,
+           threads: int | None) -> tuple[torch.device, torch.dtype, dict[str, Any]]:
+    """Device, dtype and fingerprint of this process, after setting the CPU ``threads`` it
+    computes with (None: as they are) and with the engine's ``kernels``."""
     dev = hardware.resolve_device(device)
     dt = hardware.resolve_dtype(dtype, dev)
+    if threads is not None:
+        torch.set_num_threads(threads)
     return dev, dt, fingerprint.collect(dev, dt, attn_impl, resolve_engine(engine, dev), kernels)
 
 
 def _load_target(before: dict[str, Any], where: str, model_json: str, device: str, dtype: str, attn_impl: str,
-                 engine: str, kernels: Kernels | None):
+                 engine: str, kernels: Kernels | None, threads: int | None):
     """Device, dtype and fingerprint of this process, checked against the previous stage's, then the target.
 
     Returns (device, dtype, fingerprint, model paths, target); the check runs before any
     weights load.
     """
-    dev, dt, fp_now = _stack(device, dtype, attn_impl, engine, kernels)
+    dev, dt, fp_now = _stack(device, dtype, attn_impl, engine, kernels, threads)
     _same_stack(before, fp_now, where)
     paths = read_json(model_json)
     return dev, dt, fp_now, paths, models.load_target(paths["target"], dt, dev, attn_impl)
 
 
 def measure_hardware(out: str, hardware_key: str, pattern: str | None, device: str, dtype: str, attn_impl: str,
-                     engine: str, *, kernels: Kernels | None = None) -> dict[str, Any]:
+                     engine: str, *, kernels: Kernels | None = None, threads: int | None = None) -> dict[str, Any]:
     """Part 1: the device checked against its hardware key, its fingerprint and its measured ceilings.
 
-    ``kernels``: the engine's kernel settings (each stage takes them, and its fingerprint
-    records them)."""
-    dev, dt, fp_now = _stack(device, dtype, attn_impl, engine, kernels)
+    ``kernels``: the engine's kernel settings; ``threads``: the CPU threads to compute with
+    (each stage takes both, and its fingerprint records them)."""
+    dev, dt, fp_now = _stack(device, dtype, attn_impl, engine, kernels, threads)
     where = hardware.check_device(hardware_key, pattern, dev)
     peaks = device_peaks(dev, dt)
     result = {**where, "fingerprint": fp_now, "peaks": asdict(peaks)}
@@ -87,7 +90,7 @@ def measure_hardware(out: str, hardware_key: str, pattern: str | None, device: s
 def calibrate_latency(out: str, model_json: str, hardware_json: str, grid_name: str, device: str, dtype: str,
                       attn_impl: str, engine: str, datasets: Sequence[str] = (), max_new_tokens: int = 0,
                       temperature: float = 0.0, max_heldout_mape: float | None = MAX_HELDOUT_MAPE,
-                      kernels: Kernels | None = None) -> dict[str, Any]:
+                      kernels: Kernels | None = None, threads: int | None = None) -> dict[str, Any]:
     """Part 2: the latency grid and its fit; the grid's contexts reach the longest prompt of
     ``datasets`` plus ``max_new_tokens``."""
     # model code loads only in the stages that run models
@@ -95,7 +98,7 @@ def calibrate_latency(out: str, model_json: str, hardware_json: str, grid_name: 
 
     hw = read_json(hardware_json)
     dev, dt, fp_now, paths, target = _load_target(hw["fingerprint"], hardware_json, model_json, device, dtype,
-                                                  attn_impl, engine, kernels)
+                                                  attn_impl, engine, kernels, threads)
     builder = PromptBuilder(models.load_tokenizer(paths["target"]))
     longest = builder.longest_context([p for d in datasets for p in read_jsonl(d)], max_new_tokens) if datasets else 0
     grid = Grid.named(grid_name).covering(longest)
@@ -112,8 +115,8 @@ def calibrate_latency(out: str, model_json: str, hardware_json: str, grid_name: 
 
 
 def profile_constants(out: str, model_name: str, model_json: str, latency_json: str, device: str, dtype: str, attn_impl: str,
-                      engine: str, n_min: int, seed: int = 0, n_max: int = N_MAX, *,
-                      kernels: Kernels | None = None) -> Calibration:
+                      engine: str, n_min: int, seed: int = 0, n_max: int = N_MAX, *, kernels: Kernels | None = None,
+                      threads: int | None = None) -> Calibration:
     """Part 3: T_draft and the step excess (sampling at the latency grid's temperature); writes the calibration file."""
     from bastion.engines.factory import Engine
 
@@ -123,7 +126,7 @@ def profile_constants(out: str, model_name: str, model_json: str, latency_json: 
     except (KeyError, TypeError, ValueError) as exc:
         raise CalibrationError(f"{latency_json}: {exc}; delete it and rerun the calibrate_latency rule") from None
     dev, dt, fp_now, paths, target = _load_target(lat["fingerprint"], latency_json, model_json, device, dtype,
-                                                  attn_impl, engine, kernels)
+                                                  attn_impl, engine, kernels, threads)
     drafter = models.load_drafter(paths["drafter"], dt, dev)
     models.check_pair(target, drafter, paths["target"], paths["drafter"])
     policy = TreePolicy(n_min=n_min, n_max=n_max)
@@ -141,8 +144,8 @@ def profile_constants(out: str, model_name: str, model_json: str, latency_json: 
 def calibrate_all(hardware_out: str, classes: Sequence[tuple[str, str, float]], hardware_key: str, pattern: str | None,
                   model_name: str, model_json: str, grid_name: str, device: str, dtype: str, attn_impl: str,
                   engine: str, n_min: int, seed: int = 0, datasets: Sequence[str] = (), max_new_tokens: int = 0,
-                  max_heldout_mape: float | None = MAX_HELDOUT_MAPE, n_max: int = N_MAX,
-                  kernels: Kernels | None = None) -> list[Calibration]:
+                  max_heldout_mape: float | None = MAX_HELDOUT_MAPE, n_max: int = N_MAX, kernels: Kernels | None = None,
+                  threads: int | None = None) -> list[Calibration]:
     """Every stage in one process: the hardware file, then per temperature class a latency
     grid and its calibration file.
 
@@ -150,7 +153,7 @@ def calibrate_all(hardware_out: str, classes: Sequence[tuple[str, str, float]], 
     The files are the ones the three-job chain writes, each after the one it depends on, so
     a kill keeps what was finished and decode jobs read either layout alike.
     """
-    stack = {"kernels": kernels}
+    stack = {"kernels": kernels, "threads": threads}
     measure_hardware(hardware_out, hardware_key, pattern, device, dtype, attn_impl, engine, **stack)
     calibrations = []
     for latency_out, calibration_out, temperature in classes:

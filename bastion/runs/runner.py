@@ -83,6 +83,7 @@ class Runner:
             cuda = given.device.startswith("cuda") or (given.device == "auto" and torch.cuda.is_available())
             torch.distributed.init_process_group(backend="nccl" if cuda else "gloo")
         run = given.resolve(self.local_rank if self.world > 1 else None)
+        torch.set_num_threads(run.threads)  # the threads it computes with, which its fingerprint records
         if _drafts(run) and inputs.drafter_ref is None:
             raise UsageError("--draft-model is required for dflash/bastion unless --model is a registered pair")
         check_positions(inputs.target_ref, run.max_new_tokens, run.block_size)  # from the config, before any weights

@@ -95,12 +95,14 @@ class RunSettings:
     drafter_layers: str = "fused"  # the compiled engine's DFlash drafter: fused functions or its own module
     row_kernel: bool = True  # the compiled engine's Triton row kernels (CUDA, bf16/fp16)
     tile_kernel: bool = True  # and its tile kernels (beside the row kernels)
+    threads: int = 1  # CPU threads torch computes with (the pipeline's `cpu_threads`)
 
     def validate(self) -> None:
         """Settings checks that need no model, data, device or torch."""
         self.methods = parse_methods(self.methods)
         check_temperature(self.temperature)
         check_at_least("--max-new-tokens", self.max_new_tokens, 1)
+        check_at_least("--threads", self.threads, 1, " (the CPU threads torch computes with)")
         check_at_least("--max-samples", self.max_samples, 1, " (omit it to decode every prompt)")
         if self.budget is not None and self.budget < 1:
             raise UsageError(f"--budget must be >= 1 node, got {self.budget}")

@@ -169,6 +169,8 @@ CASES: dict[str, Case] = {
     "--rank-kernels triton": lambda t, s: ([*BASE, "--rank-kernels", "triton"], ["--rank-kernels", "'triton'"]),
     "--blas mkl": lambda t, s: ([*BASE, "--blas", "mkl"], ["--blas", "'mkl'"]),
     "--drafter-layers fast": lambda t, s: ([*BASE, "--drafter-layers", "fast"], ["--drafter-layers", "'fast'"]),
+    "--threads 0": lambda t, s: ([*BASE, "--threads", "0"], ["--threads must be >= 1, got 0"]),
+    "--threads many": lambda t, s: ([*BASE, "--threads", "many"], ["--threads", "'many'"]),
     "--enable-thinking with a Qwen3 drafter": lambda t, s: (
         ["--model", "qwen3-8b", "--dataset", "gsm8k", "--enable-thinking"], ["--enable-thinking"]),
     # --- dataset files
@@ -240,6 +242,9 @@ CASES: dict[str, Case] = {
     "--calibration of another software stack": lambda t, s: (
         [*BASE, "--methods", "bastion", "--calibration", str(s / "other-stack.json")],
         [str(s / "other-stack.json"), "torch: calibrated with '1.0.0'"]),
+    "--threads 2 with a calibration made with 1": lambda t, s: (
+        [*BASE, "--methods", "bastion", "--threads", "2", "--calibration", str(s / "valid.json")],
+        [str(s / "valid.json"), "threads: calibrated with 1, running with 2", "--recalibrate"]),
     "--rank-kernels torch with a calibration made with auto": lambda t, s: (
         [*BASE, "--methods", "bastion", "--rank-kernels", "torch", "--calibration", str(s / "valid.json")],
         [str(s / "valid.json"), "kernels.rank: calibrated with 'auto', running with 'torch'", "--recalibrate"]),
@@ -269,7 +274,7 @@ CASES: dict[str, Case] = {
 AFTER_TORCH = {"--max-new-tokens past the positions", "--device cuda without CUDA", "dataset: an empty first turn",
                "--draft-model: widths do not fit", "--cache-dir unwritable", "--calibration not JSON",
                "--calibration a folder", "--calibration of another model", "--calibration of another software stack",
-               "--rank-kernels torch with a calibration made with auto"}
+               "--threads 2 with a calibration made with 1", "--rank-kernels torch with a calibration made with auto"}
 
 
 def planted_argv(name: str, tmp: Path, shared: Path, cases: dict[str, Case] = CASES) -> tuple[list[str], list[str]]:
@@ -418,6 +423,8 @@ CONFIG_CASES: dict[str, tuple[list[str] | str, list[str]]] = {
     "config: kernels.row_kernel maybe": ("kernels:\n  row_kernel: maybe\n",
                                          ["`kernels['row_kernel']` = 'maybe'", "not of type 'boolean'"]),
     "config: unknown kernels key": ("kernels:\n  triton: false\n", ["unknown config key `kernels['triton']`"]),
+    "config: cpu_threads 0": (["cpu_threads=0"], ["`cpu_threads` = 0"]),
+    "config: cpu_threads many": (["cpu_threads=many"], ["`cpu_threads` = 'many'", "not of type 'integer'"]),
     "config: n_min 0": ("experiments:\n  tiny:\n    n_min: 0\n", ["['n_min']` = 0"]),
     "config: n_max below n_min": ("experiments:\n  tiny:\n    n_min: 32\n    n_max: 16\n", ["n_min 32 > n_max 16"]),
     "config: topk 129": ("experiments:\n  tiny:\n    topk: 129\n", ["['topk']` = 129"]),

@@ -1,4 +1,4 @@
-"""Every kernel choice is a setting of the run.
+"""Every kernel choice and the CPU thread count are settings of the run.
 
 Each is a flag (and a config key), checked before torch loads; a ``BASTION_*`` variable
 that is set overrides its kernel setting; the choice reaches the engine (not read from
@@ -87,7 +87,8 @@ def _settings(**kw) -> RunSettings:
 def test_bad_flags_and_variables_are_refused_before_torch(monkeypatch):
     for kw, text in ((dict(rank_kernels="triton"), "--rank-kernels 'triton': choose from auto, torch"),
                      (dict(blas="mkl"), "--blas 'mkl': choose from cublaslt, cublas"),
-                     (dict(drafter_layers="fast"), "--drafter-layers 'fast': choose from fused, module")):
+                     (dict(drafter_layers="fast"), "--drafter-layers 'fast': choose from fused, module"),
+                     (dict(threads=0), "--threads must be >= 1, got 0")):
         with pytest.raises(UsageError, match=text):
             _settings(**kw).validate()
     monkeypatch.setenv("BASTION_DRAFTER", "fast")
@@ -134,17 +135,26 @@ def test_the_kernel_settings_reach_the_engine_and_every_record(tmp_path, monkeyp
     assert [r["tree_sizes"] for r in ref] == [r["tree_sizes"] for r in fast]
     assert {r["fingerprint"]["kernels"]["rank"] for r in ref} == {"torch"}
     assert ref[0]["fingerprint"]["kernels"] == {**CPU_DEFAULT, "rank": "torch", "drafter": "module"}  # blas: n/a
-    assert fast[0]["fingerprint"]["kernels"] == CPU_DEFAULT
+    assert fast[0]["fingerprint"]["kernels"] == CPU_DEFAULT and fast[0]["fingerprint"]["threads"] == 1
     assert ref[0]["run_key"] != fast[0]["run_key"]  # a partial file of the other choice is never resumed
+
+
+def test_a_run_computes_with_its_threads_and_records_them(tmp_path):
+    out = tmp_path / "out.jsonl"
+    assert main([*BASE, "--methods", "ar", "--threads", "2", "--output", str(out)]) == 0
+    assert torch.get_num_threads() == 2
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert records and {r["fingerprint"]["threads"] for r in records} == {2}
+    assert records[0]["run_settings"]["fingerprint"]["threads"] == 2  # part of the run key
 
 
 # ------------------------------------------------------------------------------ a cached calibration
 
 
 def _cached_calibration(cache: Path) -> Path:
-    """A calibration of this CPU with the default kernels, where the CLI looks for it."""
+    """A calibration of this CPU with one thread and the default kernels, where the CLI looks for it."""
     here = fingerprint.collect(torch.device("cpu"), torch.float32, "sdpa", "compiled", Kernels())
-    assert here["kernels"] == CPU_DEFAULT
+    assert here["threads"] == 1 and here["kernels"] == CPU_DEFAULT
     config = json.loads((Path(registry.resolve("tiny", None)[0]) / "config.json").read_text())
     model = CostModel(ModelShape.from_config(config, 4), HardwarePeaks(1e10, 1e10), CostParams(1, 0, 1, 0))
     cal = Calibration("tiny", here, model, StepOverheads(1e-3, 1e-3), {"heldout_mape": 0.01}, {},
@@ -161,10 +171,12 @@ def _error(capsys, *argv: str) -> str:
     return line
 
 
-def test_a_calibration_of_other_kernels_is_refused_and_a_gpu_only_choice_is_not(tmp_path, capsys):
+def test_a_calibration_of_other_threads_or_kernels_is_refused_and_a_gpu_only_choice_is_not(tmp_path, capsys):
     cache = tmp_path / "cache"
     path = _cached_calibration(cache)
     before = path.read_bytes()
+    line = _error(capsys, "--threads", "2", "--cache-dir", str(cache))
+    assert "threads: calibrated with 1, running with 2 (--threads / cpu_threads)" in line and "--recalibrate" in line
     line = _error(capsys, "--rank-kernels", "torch", "--cache-dir", str(cache))
     assert "kernels.rank: calibrated with 'auto', running with 'torch'" in line and "--recalibrate" in line
     line = _error(capsys, "--drafter-layers", "module", "--cache-dir", str(cache))

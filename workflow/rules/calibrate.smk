@@ -1,7 +1,8 @@
 # Calibration: one chain of jobs per (hardware, model), on the device that will decode, and
 # per temperature class: {tclass} is "" (greedy probes and overheads) or "_sampled" (T > 0).
 # With `calibration_jobs: one` (small models) a single job runs the whole chain and writes
-# the same files.  Every job runs the `kernels:` settings, as the decode jobs do.
+# the same files.  Every job computes with `cpu_threads` CPU threads (scaled down to
+# --cores) and the `kernels:` settings, as the decode jobs do.
 
 
 if CALIBRATION_JOBS == "one":
@@ -31,6 +32,7 @@ if CALIBRATION_JOBS == "one":
             "logs/benchmarks/calibrate_model/{hardware}/{model}.tsv"
         conda:
             "../../envs/bastion.yaml"
+        threads: CPU_THREADS
         resources:
             **gpu_resources(),
         params:
@@ -67,6 +69,7 @@ else:
             "logs/benchmarks/measure_hardware/{hardware}/{model}.tsv"
         conda:
             "../../envs/bastion.yaml"
+        threads: CPU_THREADS
         resources:
             **gpu_resources(),
         params:
@@ -99,6 +102,7 @@ else:
             "logs/benchmarks/calibrate_latency/{hardware}/{model}{tclass}.tsv"
         conda:
             "../../envs/bastion.yaml"
+        threads: CPU_THREADS
         resources:
             **gpu_resources(),
         params:
@@ -130,6 +134,7 @@ else:
             "logs/benchmarks/profile_constants/{hardware}/{model}{tclass}.tsv"
         conda:
             "../../envs/bastion.yaml"
+        threads: CPU_THREADS
         resources:
             **gpu_resources(),
         params:

@@ -2,8 +2,9 @@
 
 Everything a job depends on reaches it through `input:` or `params:` so that Snakemake's
 rerun triggers see it: the sample counts, the decoding knobs, a fingerprint of the
-software stack (torch, transformers, dtype, attention backend, engine, kernels, device)
-and a hash of the library sources each rule runs.  Nothing here touches the network.
+software stack (torch, transformers, dtype, attention backend, engine, kernels, device,
+and on a CPU the threads) and a hash of the library sources each rule runs.  Nothing
+here touches the network.
 """
 
 import glob
@@ -245,6 +246,20 @@ if N_MIN_EXP > EXP.get("n_max", N_MAX):
     )
 
 
+def _threads_used():
+    """The CPU threads every calibration and decode job computes with: `cpu_threads`, as
+    Snakemake scales a rule's `threads:` down to `--cores` (and `--max-threads`), so that
+    the fingerprint says what ran and calibration and decoding agree.  A dry run without
+    `--cores` plans with 1, as Snakemake does."""
+    settings = workflow.resource_settings  # None: no bound (--cores on a cluster)
+    limits = [config["cpu_threads"], settings.cores, settings.max_threads]
+    return min(n for n in limits if n is not None)
+
+
+CPU_THREADS = config["cpu_threads"]  # each job's `threads:`
+THREADS = _threads_used()
+
+
 def _kernels():
     """The `kernels:` settings with the BASTION_* variables that are set in their place."""
     try:
@@ -267,6 +282,7 @@ def _software_fingerprint():
             config["attn_impl"],
             config["engine"],
             KERNELS,
+            THREADS,
         )
     elif GPU_NAME:
         fp = planning.gpu_fingerprint(
@@ -276,8 +292,9 @@ def _software_fingerprint():
             config["attn_impl"],
             config["engine"],
             KERNELS,
+            THREADS,
         )
-    return fp or _torch_fingerprint()
+    return fp or {**_torch_fingerprint(), "threads": THREADS}
 
 
 def _torch_fingerprint():
@@ -302,7 +319,7 @@ def _torch_fingerprint():
 
 
 FINGERPRINT = _software_fingerprint()
-SOFTWARE = ";".join(f"{k}={FINGERPRINT[k]}" for k in fingerprint.COMPARED)
+SOFTWARE = ";".join(f"{k}={FINGERPRINT[k]}" for k in fingerprint.compared(FINGERPRINT))
 # the kernel settings the jobs get: those that do not act on this device and engine at their
 # defaults, so that a change of a GPU-only choice reruns no CPU job (the fingerprint says n/a)
 KERNEL_KNOBS = asdict(

@@ -21,7 +21,7 @@ with job_log(snakemake.log[0]), pinned(p.device):
         snakemake.wildcards.model, snakemake.input.model, p.grid, p.device, p.dtype, p.attn_impl, p.engine, p.n_min, p.seed,
         datasets=list(snakemake.input.datasets), max_new_tokens=p.max_new_tokens,
         max_heldout_mape=None if p.accept_error else stages.MAX_HELDOUT_MAPE, n_max=p.n_max,
-        kernels=Kernels(**p.kernels),
+        kernels=Kernels(**p.kernels), threads=snakemake.threads,
     )
     for cal in calibrations:
         print(f"T={cal.temperature:g}: held-out error {cal.report.get('heldout_mape', float('nan')):.3f}, "

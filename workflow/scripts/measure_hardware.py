@@ -16,6 +16,6 @@ p = snakemake.params
 with job_log(snakemake.log[0]), pinned(p.device):
     result = stages.measure_hardware(
         snakemake.output[0], snakemake.wildcards.hardware, p.pattern, p.device, p.dtype, p.attn_impl, p.engine,
-        kernels=Kernels(**p.kernels),
+        kernels=Kernels(**p.kernels), threads=snakemake.threads,
     )
     print(json.dumps(result, indent=1))

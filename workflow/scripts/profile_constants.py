@@ -18,6 +18,6 @@ with job_log(snakemake.log[0]), pinned(p.device):
     cal = stages.profile_constants(
         snakemake.output[0], snakemake.wildcards.model, snakemake.input.model, snakemake.input.latency,
         p.device, p.dtype, p.attn_impl, p.engine, p.n_min, p.seed, n_max=p.n_max,
-        kernels=Kernels(**p.kernels),
+        kernels=Kernels(**p.kernels), threads=snakemake.threads,
     )
     print(f"{describe_overheads(cal.overheads)}; {describe_baselines(cal.baselines)}")
