@@ -220,3 +220,19 @@ def test_only_power_of_two_head_dims_take_the_row_kernels(monkeypatch):
     assert FusedLayers(Target(tiny_target("qwen3", hidden=64, layers=2)), compile=True).rows == "the kernels"
     assert FusedLayers(Target(tiny_target("qwen3", hidden=80, layers=2)), compile=True).rows is None  # head dim 20
     assert FusedLayers(Target(tiny_target("qwen3", hidden=64, layers=2)), compile=False).rows is None
+
+
+def test_the_blas_setting_reaches_the_matrix_library(monkeypatch):
+    """``kernels.blas`` of a run picks torch's BLAS library when the compiled engine is made on
+    CUDA (recorded here, since this machine may have no GPU); on a CPU nothing is chosen."""
+    from bastion.engines.choice import Kernels
+    from bastion.engines.compiled import Compilation
+
+    chosen = []
+    monkeypatch.setattr(torch.backends.cuda, "preferred_blas_library", chosen.append)
+    cuda = torch.device("cuda", 0)
+    assert Compilation.choose(True, cuda, compile=False, kernels=Kernels(blas="cublas")).kernels.blas == "cublas"
+    Compilation.choose(True, cuda, compile=False, kernels=Kernels())
+    Compilation.choose(True, torch.device("cpu"), compile=False, kernels=Kernels(blas="cublas"))
+    Compilation.choose(False, cuda, kernels=Kernels(blas="cublas"))  # the static engine keeps the process's choice
+    assert chosen == ["cublas", "cublaslt"]
