@@ -31,7 +31,7 @@ from bastion.defaults import (
     N_MIN_PLUS_CPU,
     TOPK,
 )
-from bastion.engines.choice import ENGINE_CHOICES
+from bastion.engines.choice import BLAS_CHOICES, DRAFTER_CHOICES, ENGINE_CHOICES, RANK_CHOICES
 from bastion.models import registry as models
 from bastion.runs.checks import parse_methods, parse_shard
 from bastion.runs.run import DecodeRun
@@ -72,6 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="auto (default): compiled on CUDA, the fastest measured on a CPU; eager: Transformers layers "
                         "step by step; static: preallocated buffers and CUDA graphs; compiled: static with "
                         "torch.compile'd layers")
+    kernels_flags(p)
+    p.add_argument("--threads", type=int, default=1,
+                   help="CPU threads torch computes with (default 1, as the pipeline's cpu_threads: steadier times "
+                        "on a shared machine); part of a CPU calibration")
     p.add_argument("--n-min", type=_n_min, default="auto",
                    help=f"BASTION: minimum tree size and bucket width (auto: {N_MIN} on a GPU, {N_MIN_CPU} on a CPU); "
                         f"bastion_plus on a CPU grows its trees from {N_MIN_PLUS_CPU} node in steps of one")
@@ -100,6 +104,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eagle3-total-tokens", type=int, default=EAGLE3_TOTAL_TOKENS,
                    help="EAGLE-3: tree size verified per step, root included")
     return p
+
+
+def kernels_flags(p: argparse.ArgumentParser) -> None:
+    """The engine's kernel settings (the config's ``kernels:`` block; the ``BASTION_*`` variables override them)."""
+    p.add_argument("--rank-kernels", default="auto", choices=RANK_CHOICES,
+                   help="tree and rule maths: auto (Triton kernels on CUDA, the host walk on a CPU) or torch (their "
+                        "torch references everywhere; on CUDA no Triton kernel at all); env BASTION_RANK")
+    p.add_argument("--blas", default="cublaslt", choices=BLAS_CHOICES,
+                   help="compiled engine on CUDA: the matrix library (env BASTION_BLAS)")
+    p.add_argument("--drafter-layers", default="fused", choices=DRAFTER_CHOICES,
+                   help="compiled engine: the DFlash drafter's fused functions or its own module layers (env BASTION_DRAFTER)")
+    p.add_argument("--row-kernel", default=True, action=argparse.BooleanOptionalAction,
+                   help="compiled engine on CUDA in bf16/fp16: AR's rows in the Triton row kernels (env BASTION_ROW_KERNEL=0/1)")
+    p.add_argument("--tile-kernel", default=True, action=argparse.BooleanOptionalAction,
+                   help="and a tree's rows in the Triton tile kernels, beside the row kernels (env BASTION_TILE_KERNEL=0/1)")
 
 
 def run_from_args(args: argparse.Namespace) -> DecodeRun:

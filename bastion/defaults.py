@@ -110,7 +110,24 @@ def resolve_n_min(value: int | str, gpu: bool) -> int:
     return value
 
 
+# The running engine's ``kernels.rank`` choice (``Kernels`` in bastion/engines/choice.py):
+# the tree and rule maths are engine-agnostic functions called from every engine and from
+# the cost model, so the choice is the process's, as torch's BLAS library choice is.
+_torch_references = False
+
+
+def use_torch_references(on: bool) -> None:
+    """Set by the engine from its run's ``kernels.rank`` (``torch``: on) when it is made and
+    before each decoder or probe it hands out."""
+    global _torch_references
+    _torch_references = bool(on)
+
+
 def torch_references_forced() -> bool:
-    """``BASTION_RANK=torch``: the torch reference paths of the tree and rule maths everywhere,
-    no Triton kernels on a GPU and no NumPy paths on a CPU (what a GPU without Triton runs)."""
-    return os.environ.get("BASTION_RANK", "") == "torch"
+    """The torch reference paths of the tree and rule maths everywhere: no Triton kernels on a
+    GPU and no NumPy or host-walk paths on a CPU (what a GPU without Triton runs).
+
+    ``BASTION_RANK`` (``torch`` or ``auto``), where set, overrides the engine's choice.
+    """
+    env = os.environ.get("BASTION_RANK", "").strip()
+    return env == "torch" if env else _torch_references

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bastion.calibration import fingerprint
-from bastion.engines.choice import engine_for
+from bastion.engines.choice import Kernels, engine_for
 
 # dtype names whose torch dtype prints as ``torch.<name>`` (the config schema's choices)
 _DTYPES = ("float32", "float16", "bfloat16")
@@ -89,14 +89,16 @@ def cpu_key() -> str:
     return fingerprint.hardware_key({"device_name": fingerprint._cpu_name(), "device_type": "cpu"})
 
 
-def cpu_fingerprint(build: TorchBuild, dtype: str, attn_impl: str, engine: str) -> dict[str, Any] | None:
+def cpu_fingerprint(build: TorchBuild, dtype: str, attn_impl: str, engine: str, kernels: Kernels,
+                    threads: int) -> dict[str, Any] | None:
     """:func:`bastion.calibration.fingerprint.collect` on the CPU with the configured ``dtype``
-    (``auto`` is float32 there) and ``engine`` (``auto`` resolved); ``None`` for a dtype
-    name this cannot translate without torch."""
+    (``auto`` is float32 there), ``engine`` (``auto`` resolved), ``kernels`` (the environment's
+    overrides applied) and the ``threads`` a job sets; ``None`` for a dtype name this cannot
+    translate without torch."""
     dtype = "float32" if dtype == "auto" else dtype
     if dtype not in _DTYPES:
         return None
-    return fingerprint.cpu_collect(build.version, dtype, attn_impl, engine_for(engine, "cpu"))
+    return fingerprint.cpu_collect(build.version, dtype, attn_impl, engine_for(engine, "cpu"), kernels, threads)
 
 
 def visible_gpu_names() -> list[str] | None:
@@ -138,12 +140,15 @@ def gpu_key(name: str) -> str:
     return fingerprint.hardware_key({"device_name": name, "device_type": "cuda"})
 
 
-def gpu_fingerprint(build: TorchBuild, name: str, dtype: str, attn_impl: str, engine: str) -> dict[str, Any] | None:
+def gpu_fingerprint(build: TorchBuild, name: str, dtype: str, attn_impl: str, engine: str, kernels: Kernels,
+                    threads: int) -> dict[str, Any] | None:
     """:func:`bastion.calibration.fingerprint.collect` on that GPU with the configured ``dtype``
-    (``auto`` is bfloat16 there) and ``engine``; ``None`` for a dtype name this cannot translate."""
+    (``auto`` is bfloat16 there), ``engine``, ``kernels`` and ``threads``; ``None`` for a dtype
+    name this cannot translate."""
     dtype = "bfloat16" if dtype == "auto" else dtype
     if dtype not in _DTYPES or build.cuda is None:
         return None
+    engine = engine_for(engine, "cuda")
     return fingerprint.assemble("cuda", name, driver=fingerprint._nvidia_driver(), cuda=build.cuda,
-                                torch_version=build.version, dtype=dtype, attn_impl=attn_impl,
-                                engine=engine_for(engine, "cuda"))
+                                torch_version=build.version, dtype=dtype, attn_impl=attn_impl, engine=engine,
+                                kernels=kernels.record("cuda", engine, dtype), threads=threads)

@@ -152,9 +152,9 @@ class Calibration:
         cal = cls.from_dict(data, f"calibration {path}")
         diff = fp.differences(cal.fingerprint, current) if current is not None else []
         if diff:  # one line: the CLI and the pipeline's jobs print it as their error
-            raise fp.FingerprintMismatch(f"the calibration in {path} was made for a different device or software "
-                                         f"stack ({'; '.join(diff)}); recalibrate: delete {path} (or pass "
-                                         "--recalibrate) and rerun on this device")
+            raise fp.FingerprintMismatch(f"the calibration in {path} was made for a different device, software stack "
+                                         f"or settings ({'; '.join(diff)}); recalibrate: delete {path} (or pass "
+                                         "--recalibrate) and rerun on this device, or run with the settings it names")
         return cal
 
     def check_model(self, shape: ModelShape, target: str, path: str | os.PathLike, given: bool = False) -> None:

@@ -10,18 +10,20 @@ compiled too (path ranking keeps its own kernels, see :mod:`bastion.speculative.
 about 100 launches fewer per step.  On a CPU the same functions run uncompiled, which is how CI checks them
 against eager.
 
-A :class:`Compilation` says which of these apply; the engine asks it for its layers and
-wraps its step functions through :meth:`Compilation.step` once, when it is made.
+A :class:`Compilation` says which of these apply, with the run's kernel settings
+(:class:`~bastion.engines.choice.Kernels`: the matrix library, the drafter's layers, the
+row and tile kernels); the engine asks it for its layers and wraps its step functions
+through :meth:`Compilation.step` once, when it is made.
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
+from bastion.engines.choice import BLAS_CHOICES, Kernels
 from bastion.engines.fused_drafter import FusedDrafter
 from bastion.engines.fused_eagle3 import FusedEagle3Head
 from bastion.engines.static_layers import FusedLayers
@@ -33,31 +35,37 @@ class Compilation:
 
     fused: bool = False  # the fused target and DFlash drafter layers: the compiled engine
     compile: bool = False  # torch.compile them, and the step functions select, build and commit
+    kernels: Kernels = field(default_factory=Kernels)  # the run's kernel settings
 
     @classmethod
-    def choose(cls, fused: bool, device: torch.device, compile: bool | None = None) -> Compilation:
+    def choose(cls, fused: bool, device: torch.device, compile: bool | None = None,
+               kernels: Kernels | None = None) -> Compilation:
         """The static (``fused`` False) or the compiled engine's choice.
 
         ``compile`` None: torch.compile on CUDA only.  True compiles on a CPU too, with
         Inductor's C++ backend: how the tests and ``benchmarks/compile_count.py`` see, without a
-        GPU, which graphs a GPU run compiles.
+        GPU, which graphs a GPU run compiles.  ``kernels`` None: the defaults with the
+        environment's overrides (:meth:`Kernels.from_environment`).
         """
+        kernels = Kernels.from_environment() if kernels is None else kernels
         if not fused:
-            return cls()
+            return cls(kernels=kernels)
         if device.type == "cuda":
-            prefer_blas_lt()
-        return cls(fused=True, compile=device.type == "cuda" if compile is None else compile)
+            choose_blas(kernels.blas)
+        return cls(fused=True, compile=device.type == "cuda" if compile is None else compile, kernels=kernels)
 
     def layers(self, target) -> FusedLayers | None:
         """The target's fused layers (the compiled engine), or None: the target's own modules."""
-        return FusedLayers(target, compile=self.compile) if self.fused else None
+        if not self.fused:
+            return None
+        return FusedLayers(target, compile=self.compile, rows=self.kernels.row_kernel, tiles=self.kernels.tile_kernel)
 
     def drafter(self, drafter, layers: FusedLayers | None) -> FusedDrafter | None:
         """The DFlash drafter's fused layers where they compute what it does, or None: its own modules.
 
-        ``BASTION_DRAFTER=module`` keeps the drafter's own layers (as the static engine runs them).
+        ``kernels.drafter: module`` keeps the drafter's own layers (as the static engine runs them).
         """
-        if not self.fused or not FusedDrafter.supports(drafter) or os.environ.get("BASTION_DRAFTER") == "module":
+        if not self.fused or not FusedDrafter.supports(drafter) or self.kernels.drafter == "module":
             return None
         return FusedDrafter(drafter, compile=self.compile, layers=layers)
 
@@ -73,8 +81,8 @@ class Compilation:
         return torch.compile(fn, dynamic=True) if self.compile else fn
 
 
-def prefer_blas_lt() -> None:
-    """Matrix multiplies through cuBLASLt (``BASTION_BLAS=cublas`` keeps cuBLAS's own choice).
+def choose_blas(choice: str = "cublaslt") -> None:
+    """Matrix multiplies through cuBLASLt, the default (``kernels.blas: cublas`` keeps cuBLAS's own choice).
 
     For a tree's few dozen rows cuBLAS picks split-K kernels for the output and down
     projections, each followed by a reduction kernel; cuBLASLt picks one kernel without
@@ -83,7 +91,6 @@ def prefer_blas_lt() -> None:
     (docs/performance.md).  The setting is the process's: it applies to every
     graph captured after the compiled engine is made, which calibration and decoding share.
     """
-    choice = os.environ.get("BASTION_BLAS", "cublaslt")
-    if choice not in ("cublaslt", "cublas"):
-        raise ValueError(f"BASTION_BLAS={choice!r}: use cublaslt (the default) or cublas")
+    if choice not in BLAS_CHOICES:
+        raise ValueError(f"kernels.blas {choice!r}: use cublaslt (the default) or cublas")
     torch.backends.cuda.preferred_blas_library(choice)

@@ -38,7 +38,9 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from bastion.defaults import use_torch_references
 from bastion.engines import compiled, static_attention
+from bastion.engines.choice import Kernels
 from bastion.engines.graphs import GraphRunner, read_to_host
 from bastion.engines.prefill_memo import PrefillMemo
 from bastion.engines.proposer import NoDraft, StaticProposer
@@ -65,7 +67,7 @@ class StaticEngine:
 
     def __init__(self, target: Target, drafter: DFlashDraftModel | None, max_context: int, n_max: int,
                  graphs: bool = True, kv_block: int = 256, fused: bool = False, eagle3: Eagle3Drafter | None = None,
-                 compile: bool | None = None) -> None:
+                 compile: bool | None = None, kernels: Kernels | None = None) -> None:
         self.target = target
         self.device, self.dtype = target.device, target.dtype
         self.kv_block = kv_block
@@ -75,7 +77,9 @@ class StaticEngine:
         self.runner = GraphRunner(self.device, enabled=graphs)
         # grouped-query tree attention without per-head K/V copies (sdpa targets only)
         self.attention = static_attention.register() if target.attn_impl == "sdpa" else None
-        self.compilation = compiled.Compilation.choose(fused, self.device, compile)
+        # the run's kernel settings (None: the defaults with the environment's overrides)
+        self.compilation = compiled.Compilation.choose(fused, self.device, compile, kernels)
+        use_torch_references(self.compilation.kernels.rank == "torch")
         self.fused = self.compilation.layers(target)  # the compiled engine's target layers, else None
         self.proposers = static_proposers({"dflash": drafter, "eagle3": eagle3}, target, self.compilation, self.fused)
         self.block = drafter.block_size if drafter is not None else 1

@@ -19,7 +19,6 @@ static engine (``fused=True``) and not its default.
 from __future__ import annotations
 
 import functools
-import os
 import warnings
 from types import ModuleType
 from typing import Callable
@@ -121,17 +120,17 @@ def stack_rows(linears: list[nn.Linear]) -> torch.Tensor:
     return stacked
 
 
-def _fast_kernel(weight: torch.Tensor | None, switch: str, probe: Callable[[torch.device, torch.dtype], ModuleType],
+def _fast_kernel(weight: torch.Tensor | None, enabled: bool, probe: Callable[[torch.device, torch.dtype], ModuleType],
                  what: str) -> ModuleType | None:
     """The module ``probe`` returns after running its kernels once on this GPU, or None.
 
-    The kernels serve bf16 and fp16 weights on CUDA with Triton (the environment variable
-    ``switch`` set to 0 turns them off).  fp32 keeps the matrix library: the fp32 checks
+    The kernels serve bf16 and fp16 weights on CUDA with Triton, where the run's setting
+    has them ``enabled``.  fp32 keeps the matrix library: the fp32 checks
     that speculative outputs equal AR's need AR's row and a tree's rows summed alike.
     Kernels that fail to build on this GPU are found here, once, with a warning.
     """
-    if (weight is None or weight.dtype not in (torch.bfloat16, torch.float16) or not use_triton(weight.device)
-            or os.environ.get(switch, "1") == "0"):
+    if (not enabled or weight is None or weight.dtype not in (torch.bfloat16, torch.float16)
+            or not use_triton(weight.device)):
         return None
     try:
         return probe(weight.device, weight.dtype)
@@ -163,26 +162,29 @@ def _probe_tiles(dev: torch.device, dt: torch.dtype) -> ModuleType:
     return tile_kernels
 
 
-def row_kernel(weight: torch.Tensor | None) -> ModuleType | None:
+def row_kernel(weight: torch.Tensor | None, enabled: bool = True) -> ModuleType | None:
     """:mod:`bastion.engines.row_kernels` (AR's row) where its kernels serve this model, else None.
 
-    ``BASTION_ROW_KERNEL=0`` turns them off; see :func:`_fast_kernel`.
+    ``kernels.row_kernel: false`` turns them off (``enabled``); see :func:`_fast_kernel`.
     """
-    return _fast_kernel(weight, "BASTION_ROW_KERNEL", _probe_rows, "row kernels")
+    return _fast_kernel(weight, enabled, _probe_rows, "row kernels")
 
 
-def tile_kernel(weight: torch.Tensor | None) -> ModuleType | None:
+def tile_kernel(weight: torch.Tensor | None, enabled: bool = True) -> ModuleType | None:
     """:mod:`bastion.engines.tile_kernels` (a tree's rows) where its kernels serve this model, else None.
 
-    ``BASTION_TILE_KERNEL=0`` turns them off; see :func:`_fast_kernel`.
+    ``kernels.tile_kernel: false`` turns them off (``enabled``); see :func:`_fast_kernel`.
     """
-    return _fast_kernel(weight, "BASTION_TILE_KERNEL", _probe_tiles, "tile kernels")
+    return _fast_kernel(weight, enabled, _probe_tiles, "tile kernels")
 
 
 class FusedLayers:
-    """Runs the target's layers through :func:`pre_attention` / :func:`post_attention`."""
+    """Runs the target's layers through :func:`pre_attention` / :func:`post_attention`.
 
-    def __init__(self, target, compile: bool) -> None:
+    ``rows`` / ``tiles``: the run's row and tile kernel settings (where the kernels serve).
+    """
+
+    def __init__(self, target, compile: bool, rows: bool = True, tiles: bool = True) -> None:
         self.target = target
         cfg = target.config
         self.eps = float(cfg.rms_norm_eps)
@@ -216,9 +218,9 @@ class FusedLayers:
         self.attend: Callable = with_kernel(compile_step_function(attend) if compile else attend)
         # one-token forwards (AR's steps) run in the row kernels (bastion.engines.row_kernels)
         pow2 = (self.head_dim & (self.head_dim - 1)) == 0  # row_qkv's halves are Triton ranges
-        self.rows = row_kernel(target.lm_head.weight) if compile and pow2 else None
+        self.rows = row_kernel(target.lm_head.weight, rows) if compile and pow2 else None
         # and a tree's or a DFlash block's rows (up to tile_kernels.MAX_ROWS) in the tile kernels
-        self.tiles = tile_kernel(target.lm_head.weight) if self.rows is not None else None
+        self.tiles = tile_kernel(target.lm_head.weight, tiles) if self.rows is not None else None
 
     @torch.no_grad()  # as Target.forward: a calibration probe outside a decoder must not build autograd graphs
     def forward(self, ids, positions, mask, cache, features: bool):

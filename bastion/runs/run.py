@@ -50,8 +50,13 @@ class DecodeRun(RunSettings):
 
 def run_from_knobs(k: dict[str, Any], models: dict[str, Any], data: str, calibration: str, hardware_key: str,
                    model_name: str, dataset_name: str, output: str, history: str | None = None,
-                   shard: tuple[int, int] = (0, 1)) -> DecodeRun:
-    """The run of one pipeline decode job (or one method of a cell) from its rule's knobs."""
+                   shard: tuple[int, int] = (0, 1), threads: int = 1) -> DecodeRun:
+    """The run of one pipeline decode job (or one method of a cell) from its rule's knobs.
+
+    ``threads``: the CPU threads Snakemake gave the job (its rule's ``threads:``, scaled
+    down to ``--cores``), what the job computes with.
+    """
+    kernels = k["kernels"]
     return DecodeRun(
         model=models["target"], draft_model=models["drafter"], dataset=data, methods=(k["method"],),
         temperature=k["temperature"], max_new_tokens=k["max_new_tokens"], max_samples=k["max_samples"] or None,
@@ -59,5 +64,7 @@ def run_from_knobs(k: dict[str, Any], models: dict[str, Any], data: str, calibra
         device=k["device"], dtype=k["dtype"], attn_impl=k["attn_impl"], engine=k["engine"], seed=k["seed"],
         data_seed=k["seed"], calibration=calibration, hardware=hardware_key, output=output, model_name=model_name,
         dataset_name=dataset_name, shard=shard, eagle3_model=models.get("eagle3"), history_from=history,
+        rank_kernels=kernels["rank"], blas=kernels["blas"], drafter_layers=kernels["drafter"],
+        row_kernel=kernels["row_kernel"], tile_kernel=kernels["tile_kernel"], threads=threads,
         **k.get("eagle3_tree", {}),
     )

@@ -84,6 +84,7 @@ class Runner:
             cuda = given.device.startswith("cuda") or (given.device == "auto" and torch.cuda.is_available())
             torch.distributed.init_process_group(backend="nccl" if cuda else "gloo")
         run = given.resolve(self.local_rank if self.world > 1 else None)
+        torch.set_num_threads(run.threads)  # the threads it computes with, which its fingerprint records
         if _drafts(run) and inputs.drafter_ref is None:
             raise UsageError("--draft-model is required for dflash/bastion unless --model is a registered pair")
         check_positions(inputs.target_ref, run.max_new_tokens, run.block_size)  # from the config, before any weights
@@ -92,7 +93,8 @@ class Runner:
         # the longest prompt plus its new tokens sizes the static buffers and the calibration grid
         longest = PromptBuilder(self.session.tokenizer(inputs.target_ref), run.enable_thinking).longest_context(
             inputs.prompts, run.max_new_tokens)
-        fp_now = fingerprint.collect(torch.device(run.device), getattr(torch, run.dtype), run.attn_impl, run.engine)
+        fp_now = fingerprint.collect(torch.device(run.device), getattr(torch, run.dtype), run.attn_impl, run.engine,
+                                     run.kernels)
         cal_path = Path(run.calibration) if run.calibration else calibration_path(
             run.cache_dir, run.hardware, inputs.model_name, run.engine, run.temperature)
         plan = Plan(run, inputs, fp_now, cal_path, longest)
@@ -120,7 +122,7 @@ class Runner:
                                      getattr(torch, run.dtype), torch.device(run.device), run.attn_impl,
                                      run.block_size, run.eagle3_policy())
         engine = self.session.engine(run.engine, loaded, n_max=max(policy.n_max, policy.budget or 0),
-                                     max_context=max(plan.longest, run.max_new_tokens + 2048))
+                                     max_context=max(plan.longest, run.max_new_tokens + 2048), kernels=run.kernels)
         return loaded, engine
 
     # ------------------------------------------------------------------------ calibrate

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
+from bastion.engines.choice import Kernels
 from bastion.engines.factory import Engine
 from bastion.models import registry as models
 from bastion.models.eagle3 import Eagle3Drafter
@@ -92,15 +93,18 @@ class Session:
         return Loaded(target, tokenizer, drafter if "dflash" in own else None, eagle3 if "eagle3" in own else None,
                       drafter, eagle3)
 
-    def engine(self, name: str, loaded: Loaded, n_max: int, max_context: int) -> Engine:
-        """The engine for these models and sizes; a new one replaces the session's previous one."""
-        key = ("engine", name, id(loaded.target), id(loaded.engine_drafter), id(loaded.engine_eagle3), n_max, max_context)
+    def engine(self, name: str, loaded: Loaded, n_max: int, max_context: int, kernels: Kernels | None = None) -> Engine:
+        """The engine for these models, sizes and kernels (None: the defaults with the environment's
+        overrides); a new one replaces the session's previous one."""
+        kernels = Kernels.from_environment() if kernels is None else kernels
+        key = ("engine", name, id(loaded.target), id(loaded.engine_drafter), id(loaded.engine_eagle3), n_max, max_context,
+               kernels)
         if key not in self._items:
             # one engine at a time: its buffers (and a GPU's graphs) are the session's biggest allocation
             for old in [k for k in self._items if k[0] == "engine"]:
                 del self._items[old]
         return self._memo(key, lambda: Engine(name, loaded.target, loaded.engine_drafter, n_max=n_max,
-                                              max_context=max_context, eagle3=loaded.engine_eagle3))
+                                              max_context=max_context, eagle3=loaded.engine_eagle3, kernels=kernels))
 
 
 def _load_drafter(target: Target, target_ref: str, ref: str, dtype: torch.dtype, device: torch.device,

@@ -3,11 +3,13 @@
 :class:`RunSettings` holds every knob of a run (field names are the CLI's flags).
 :meth:`RunSettings.validate` needs neither torch nor a model, so the CLI refuses a bad
 flag in a fraction of a second; :meth:`RunSettings.resolve` turns every ``auto`` into its
-value on the device, by the rules of :data:`AUTO_RULES`.
+value on the device, by the rules of :data:`AUTO_RULES`, and applies the environment's
+overrides of the kernel settings (:class:`~bastion.engines.choice.Kernels`).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -15,7 +17,14 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from bastion.data.registry import DEFAULT_SEED
 from bastion.defaults import DEFAULT_METHODS, EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS, N_MAX, TOPK, is_adaptive
-from bastion.engines.choice import check_engine, resolve_engine
+from bastion.engines.choice import (
+    BLAS_CHOICES,
+    DRAFTER_CHOICES,
+    RANK_CHOICES,
+    Kernels,
+    check_engine,
+    resolve_engine,
+)
 from bastion.runs.checks import (
     UsageError,
     check_at_least,
@@ -80,12 +89,20 @@ class RunSettings:
     history_from: str | None = None  # AR's records: turn-k prompts carry its answers to turns 1..k-1
     accept_calibration_error: bool = False  # keep a calibration that fails the held-out error gate
     keep_partial: bool = False  # keep <output>.partial after the output is written (a cell job resumes from it)
+    # the engine's kernels (Kernels; the config's `kernels:` block); BASTION_* variables override them
+    rank_kernels: str = "auto"  # auto: the fastest exact tree and rule maths; torch: their torch references
+    blas: str = "cublaslt"  # the compiled engine's matrix library on CUDA
+    drafter_layers: str = "fused"  # the compiled engine's DFlash drafter: fused functions or its own module
+    row_kernel: bool = True  # the compiled engine's Triton row kernels (CUDA, bf16/fp16)
+    tile_kernel: bool = True  # and its tile kernels (beside the row kernels)
+    threads: int = 1  # CPU threads torch computes with (the pipeline's `cpu_threads`)
 
     def validate(self) -> None:
         """Settings checks that need no model, data, device or torch."""
         self.methods = parse_methods(self.methods)
         check_temperature(self.temperature)
         check_at_least("--max-new-tokens", self.max_new_tokens, 1)
+        check_at_least("--threads", self.threads, 1, " (the CPU threads torch computes with)")
         check_at_least("--max-samples", self.max_samples, 1, " (omit it to decode every prompt)")
         if self.budget is not None and self.budget < 1:
             raise UsageError(f"--budget must be >= 1 node, got {self.budget}")
@@ -116,9 +133,24 @@ class RunSettings:
             raise UsageError(f"--device {self.device!r}: choose auto, cpu, cuda or cuda:N")
         if self.calib_grid not in CALIB_GRIDS:
             raise UsageError(f"--calib-grid {self.calib_grid!r}: choose from {', '.join(CALIB_GRIDS)}")
+        for flag, value, choices in (("--rank-kernels", self.rank_kernels, RANK_CHOICES),
+                                     ("--blas", self.blas, BLAS_CHOICES),
+                                     ("--drafter-layers", self.drafter_layers, DRAFTER_CHOICES)):
+            if value not in choices:
+                raise UsageError(f"{flag} {value!r}: choose from {', '.join(choices)}")
+        try:
+            self.kernels  # noqa: B018 - the environment's overrides, checked
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
         if not HARDWARE_KEY.fullmatch(self.hardware):
             raise UsageError(f"--hardware {self.hardware!r}: a key is letters, digits, '.', '_' and '-' (it names "
                              "the calibration file), e.g. nvidia-h200; or auto")
+
+    @property
+    def kernels(self) -> Kernels:
+        """The engine's kernel settings: these flags, with the ``BASTION_*`` variables that are set in their place."""
+        return Kernels(self.rank_kernels, self.blas, self.drafter_layers, self.row_kernel,
+                       self.tile_kernel).overridden(os.environ)
 
     @property
     def adaptive(self) -> bool:
@@ -135,7 +167,9 @@ class RunSettings:
         from bastion.calibration import hardware
 
         device = hardware.resolve_device(self.device, local_rank)
-        run = replace(self, device=str(device))
+        k = self.kernels
+        run = replace(self, device=str(device), rank_kernels=k.rank, blas=k.blas, drafter_layers=k.drafter,
+                      row_kernel=k.row_kernel, tile_kernel=k.tile_kernel)
         for name, rule in AUTO_RULES:
             if getattr(run, name) == "auto":
                 run = replace(run, **{name: rule(run, device)})
@@ -169,7 +203,8 @@ def _hardware(run: RunSettings, device: torch.device) -> str:
 
     from bastion.calibration import fingerprint
 
-    return fingerprint.hardware_key(fingerprint.collect(device, getattr(torch, run.dtype), run.attn_impl, run.engine))
+    return fingerprint.hardware_key(fingerprint.collect(device, getattr(torch, run.dtype), run.attn_impl, run.engine,
+                                                        run.kernels))
 
 
 # Each ``auto`` knob and the rule that makes it concrete, in order (a rule sees the values

@@ -10,7 +10,7 @@ import torch
 
 from bastion.calibration import fingerprint, planning
 from bastion.calibration.hardware import detect_key
-from bastion.engines.choice import resolve_engine
+from bastion.engines.choice import Kernels, resolve_engine
 
 
 def test_version_file_is_what_torch_reports():
@@ -23,10 +23,26 @@ def test_version_file_is_what_torch_reports():
 
 @pytest.mark.parametrize("dtype", ["auto", "float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("engine", ["auto", "eager", "static", "compiled"])
-def test_cpu_fingerprint_equals_collect(dtype, engine):
+@pytest.mark.parametrize("kernels", [Kernels(), Kernels("torch", "cublas", "module", False, False)])
+def test_cpu_fingerprint_equals_collect(dtype, engine, kernels):
     want = fingerprint.collect(torch.device("cpu"), torch.float32 if dtype == "auto" else getattr(torch, dtype),
-                               "sdpa", resolve_engine(engine, "cpu"))
-    assert planning.cpu_fingerprint(planning.torch_build(), dtype, "sdpa", engine) == want
+                               "sdpa", resolve_engine(engine, "cpu"), kernels)
+    assert planning.cpu_fingerprint(planning.torch_build(), dtype, "sdpa", engine, kernels, 1) == want
+
+
+def test_the_fingerprint_records_the_threads_torch_uses():
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        fp = fingerprint.collect(torch.device("cpu"), torch.float32, "sdpa", "compiled", Kernels())
+    finally:
+        torch.set_num_threads(before)
+    assert fp["threads"] == 2
+    assert fp == planning.cpu_fingerprint(planning.torch_build(), "auto", "sdpa", "auto", Kernels(), 2)
+    one = {**fp, "threads": 1}
+    assert fingerprint.differences(one, fp) == ["threads: calibrated with 1, running with 2 (--threads / cpu_threads)"]
+    # on a GPU the host's threads are recorded, not compared
+    assert fingerprint.differences({**one, "device_type": "cuda"}, {**fp, "device_type": "cuda"}) == []
 
 
 def test_cpu_key_equals_detect_key():
@@ -34,7 +50,7 @@ def test_cpu_key_equals_detect_key():
 
 
 def test_unknown_dtype_name_defers_to_torch():
-    assert planning.cpu_fingerprint(planning.torch_build(), "half", "sdpa", "auto") is None
+    assert planning.cpu_fingerprint(planning.torch_build(), "half", "sdpa", "auto", Kernels(), 1) is None
 
 
 def test_unreadable_version_file_defers_to_torch(tmp_path, monkeypatch):
@@ -52,7 +68,8 @@ def test_unreadable_version_file_defers_to_torch(tmp_path, monkeypatch):
 
 def test_planning_loads_no_torch():
     code = ("import sys; from bastion.calibration import planning; b = planning.torch_build(); planning.cpu_key(); "
-            "b and planning.cpu_fingerprint(b, 'auto', 'sdpa', 'auto'); print('torch' in sys.modules)")
+            "from bastion.engines.choice import Kernels; "
+            "b and planning.cpu_fingerprint(b, 'auto', 'sdpa', 'auto', Kernels(), 1); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -105,11 +122,14 @@ def test_gpu_name_only_where_the_device_order_cannot_matter(fake_smi, monkeypatc
 
 def test_gpu_fingerprint_has_the_fields_a_gpu_job_records(fake_smi):
     build = planning.TorchBuild("2.11.0+cu128", "12.8", None)
-    fp = planning.gpu_fingerprint(build, "NVIDIA H200", "auto", "sdpa", "auto")
+    kernels = Kernels(blas="cublas", tile_kernel=False)
+    fp = planning.gpu_fingerprint(build, "NVIDIA H200", "auto", "sdpa", "auto", kernels, 4)
+    # on the compiled engine in bf16 every choice acts on the GPU
+    acting = {"rank": "auto", "blas": "cublas", "drafter": "fused", "row_kernel": True, "tile_kernel": False}
     want = fingerprint.assemble("cuda", "NVIDIA H200", driver="570.10", cuda="12.8", torch_version="2.11.0+cu128",
-                                dtype="bfloat16", attn_impl="sdpa", engine="compiled")
-    assert fp == want
-    assert planning.gpu_fingerprint(build, "NVIDIA H200", "half", "sdpa", "auto") is None
+                                dtype="bfloat16", attn_impl="sdpa", engine="compiled", kernels=acting, threads=4)
+    assert fp == want and fp["kernels"] == acting and fp["threads"] == 4
+    assert planning.gpu_fingerprint(build, "NVIDIA H200", "half", "sdpa", "auto", kernels, 4) is None
 
 
 def test_no_nvidia_smi_defers_to_torch(tmp_path, monkeypatch):

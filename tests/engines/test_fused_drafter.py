@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from bastion.engines.choice import Kernels
 from bastion.engines.eager import EagerDecoder
 from bastion.engines.fused_drafter import FusedDrafter
 from bastion.engines.static_cache import StaticContextKV
@@ -90,10 +91,15 @@ def test_compiled_engine_keeps_a_drafter_it_cannot_fuse():
     assert [s.committed for s in static.steps] == [s.committed for s in eager.steps]
 
 
-def test_bastion_drafter_module_keeps_the_drafters_layers(monkeypatch):
+def test_drafter_module_keeps_the_drafters_layers(monkeypatch):
     model = tiny_target("qwen3", seed=1)
     target, drafter = Target(model), tiny_drafter(model, block_size=4, seed=2)
-    monkeypatch.setenv("BASTION_DRAFTER", "module")
-    assert StaticEngine(target, drafter, max_context=32, n_max=16, fused=True).proposers["dflash"].fused_drafter is None
-    monkeypatch.delenv("BASTION_DRAFTER")
-    assert StaticEngine(target, drafter, max_context=32, n_max=16, fused=True).proposers["dflash"].fused_drafter is not None
+
+    def fused_drafter(**kw):
+        return StaticEngine(target, drafter, max_context=32, n_max=16, fused=True, **kw).proposers["dflash"].fused_drafter
+
+    assert fused_drafter(kernels=Kernels(drafter="module")) is None  # the run's kernels.drafter
+    assert fused_drafter(kernels=Kernels()) is not None
+    assert fused_drafter() is not None
+    monkeypatch.setenv("BASTION_DRAFTER", "module")  # an engine made outside a run takes the variable
+    assert fused_drafter() is None

@@ -182,9 +182,33 @@ def test_the_matrix_library_serves_off_cuda_in_fp32_and_when_turned_off(monkeypa
     bf16 = torch.zeros(4, 4, dtype=torch.bfloat16)
     assert row_kernel(bf16) is None  # a CPU tensor
     monkeypatch.setattr(static_layers, "use_triton", lambda device: True)
+    monkeypatch.setattr(static_layers, "_probe_rows", lambda device, dtype: "the kernels")
+    assert row_kernel(bf16) == "the kernels"  # where Triton serves bf16, the kernels
     assert row_kernel(torch.zeros(4, 4)) is None  # fp32: the equality checks' rounding
-    monkeypatch.setenv("BASTION_ROW_KERNEL", "0")
-    assert row_kernel(bf16) is None
+    assert row_kernel(bf16, enabled=False) is None  # kernels.row_kernel: false
+
+
+def test_the_row_and_tile_settings_reach_the_fused_layers(monkeypatch):
+    """``kernels.row_kernel`` / ``tile_kernel`` of a run reach the compiled engine's layers
+    through its Compilation (where Triton would serve, patched in here)."""
+    from bastion.engines.choice import Kernels
+    from bastion.engines.compiled import Compilation
+    from bastion.models.target import Target
+    from tests.support.builders import tiny_target
+
+    monkeypatch.setattr(static_layers, "use_triton", lambda device: True)
+    monkeypatch.setattr(static_layers, "_probe_rows", lambda device, dtype: "rows")
+    monkeypatch.setattr(static_layers, "_probe_tiles", lambda device, dtype: "tiles")
+    target = Target(tiny_target("qwen3", hidden=64, layers=2).to(torch.bfloat16))
+    cpu = torch.device("cpu")
+
+    def layers(**settings):
+        fused = Compilation.choose(True, cpu, compile=True, kernels=Kernels(**settings)).layers(target)
+        return fused.rows, fused.tiles
+
+    assert layers() == ("rows", "tiles")
+    assert layers(tile_kernel=False) == ("rows", None)
+    assert layers(row_kernel=False) == (None, None)  # the tile kernels run only beside the row kernels
 
 
 def test_only_power_of_two_head_dims_take_the_row_kernels(monkeypatch):
@@ -192,7 +216,23 @@ def test_only_power_of_two_head_dims_take_the_row_kernels(monkeypatch):
     from bastion.models.target import Target
     from tests.support.builders import tiny_target
 
-    monkeypatch.setattr(static_layers, "row_kernel", lambda weight: "the kernels")
+    monkeypatch.setattr(static_layers, "row_kernel", lambda weight, enabled=True: "the kernels")
     assert FusedLayers(Target(tiny_target("qwen3", hidden=64, layers=2)), compile=True).rows == "the kernels"
     assert FusedLayers(Target(tiny_target("qwen3", hidden=80, layers=2)), compile=True).rows is None  # head dim 20
     assert FusedLayers(Target(tiny_target("qwen3", hidden=64, layers=2)), compile=False).rows is None
+
+
+def test_the_blas_setting_reaches_the_matrix_library(monkeypatch):
+    """``kernels.blas`` of a run picks torch's BLAS library when the compiled engine is made on
+    CUDA (recorded here, since this machine may have no GPU); on a CPU nothing is chosen."""
+    from bastion.engines.choice import Kernels
+    from bastion.engines.compiled import Compilation
+
+    chosen = []
+    monkeypatch.setattr(torch.backends.cuda, "preferred_blas_library", chosen.append)
+    cuda = torch.device("cuda", 0)
+    assert Compilation.choose(True, cuda, compile=False, kernels=Kernels(blas="cublas")).kernels.blas == "cublas"
+    Compilation.choose(True, cuda, compile=False, kernels=Kernels())
+    Compilation.choose(True, torch.device("cpu"), compile=False, kernels=Kernels(blas="cublas"))
+    Compilation.choose(False, cuda, kernels=Kernels(blas="cublas"))  # the static engine keeps the process's choice
+    assert chosen == ["cublas", "cublaslt"]

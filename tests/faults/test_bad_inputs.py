@@ -166,6 +166,11 @@ CASES: dict[str, Case] = {
     "--engine turbo": lambda t, s: ([*BASE, "--engine", "turbo"], ["--engine", "'turbo'"]),
     "--calib-grid huge": lambda t, s: ([*BASE, "--calib-grid", "huge"], ["--calib-grid 'huge'"]),
     "--hardware a/b": lambda t, s: ([*BASE, "--hardware", "a/b"], ["--hardware 'a/b'"]),
+    "--rank-kernels triton": lambda t, s: ([*BASE, "--rank-kernels", "triton"], ["--rank-kernels", "'triton'"]),
+    "--blas mkl": lambda t, s: ([*BASE, "--blas", "mkl"], ["--blas", "'mkl'"]),
+    "--drafter-layers fast": lambda t, s: ([*BASE, "--drafter-layers", "fast"], ["--drafter-layers", "'fast'"]),
+    "--threads 0": lambda t, s: ([*BASE, "--threads", "0"], ["--threads must be >= 1, got 0"]),
+    "--threads many": lambda t, s: ([*BASE, "--threads", "many"], ["--threads", "'many'"]),
     "--enable-thinking with a Qwen3 drafter": lambda t, s: (
         ["--model", "qwen3-8b", "--dataset", "gsm8k", "--enable-thinking"], ["--enable-thinking"]),
     # --- dataset files
@@ -237,6 +242,12 @@ CASES: dict[str, Case] = {
     "--calibration of another software stack": lambda t, s: (
         [*BASE, "--methods", "bastion", "--calibration", str(s / "other-stack.json")],
         [str(s / "other-stack.json"), "torch: calibrated with '1.0.0'"]),
+    "--threads 2 with a calibration made with 1": lambda t, s: (
+        [*BASE, "--methods", "bastion", "--threads", "2", "--calibration", str(s / "valid.json")],
+        [str(s / "valid.json"), "threads: calibrated with 1, running with 2", "--recalibrate"]),
+    "--rank-kernels torch with a calibration made with auto": lambda t, s: (
+        [*BASE, "--methods", "bastion", "--rank-kernels", "torch", "--calibration", str(s / "valid.json")],
+        [str(s / "valid.json"), "kernels.rank: calibrated with 'auto', running with 'torch'", "--recalibrate"]),
     "prepared dataset in --cache-dir not JSON": lambda t, s: (
         ["--model", "tiny", "--dataset", "gsm8k", "--methods", "ar", "--quiet", "--cache-dir", str(t)],
         [f"{jsonl(t, 'oops', 'gsm8k.jsonl')}:1: invalid JSON"]),
@@ -262,13 +273,14 @@ CASES: dict[str, Case] = {
 # config through Transformers, or a calibration); every other case is refused without it.
 AFTER_TORCH = {"--max-new-tokens past the positions", "--device cuda without CUDA", "dataset: an empty first turn",
                "--draft-model: widths do not fit", "--cache-dir unwritable", "--calibration not JSON",
-               "--calibration a folder", "--calibration of another model", "--calibration of another software stack"}
+               "--calibration a folder", "--calibration of another model", "--calibration of another software stack",
+               "--threads 2 with a calibration made with 1", "--rank-kernels torch with a calibration made with auto"}
 
 
-def planted_argv(name: str, tmp: Path, shared: Path) -> tuple[list[str], list[str]]:
+def planted_argv(name: str, tmp: Path, shared: Path, cases: dict[str, Case] = CASES) -> tuple[list[str], list[str]]:
     """A case's flags and texts, with the finished work it must not lose planted in ``tmp``."""
     tmp.mkdir(exist_ok=True)
-    argv, texts = CASES[name](tmp, shared)
+    argv, texts = cases[name](tmp, shared)
     if "--output" not in argv:
         argv += ["--output", str(tmp / "out.jsonl")]
         (tmp / "out.jsonl.partial").write_text(RECORD)  # prompts a killed run finished
@@ -281,9 +293,9 @@ def planted_argv(name: str, tmp: Path, shared: Path) -> tuple[list[str], list[st
     return argv, texts
 
 
-def run_case(name: str, tmp: Path, shared: Path, capsys) -> str:
+def run_case(name: str, tmp: Path, shared: Path, capsys, cases: dict[str, Case] = CASES) -> str:
     """Run one case with finished work planted; return its error line after every check of the bar."""
-    argv, texts = planted_argv(name, tmp, shared)
+    argv, texts = planted_argv(name, tmp, shared, cases)
     before = snapshot(tmp)
     try:
         code = main(argv)
@@ -301,6 +313,21 @@ def run_case(name: str, tmp: Path, shared: Path, capsys) -> str:
 def test_bad_input_is_refused_in_one_line_and_loses_nothing(name, tmp_path, shared, capsys):
     run_case(name, tmp_path / "case", shared["root"], capsys)
     assert snapshot(shared["root"]) == shared["before"]
+
+
+# Cases of a BASTION_* variable that overrides a kernel setting: (the variables, the texts its one line names)
+ENV_CASES: dict[str, tuple[dict[str, str], list[str]]] = {
+    "BASTION_BLAS=mkl": ({"BASTION_BLAS": "mkl"}, ["BASTION_BLAS='mkl'", "kernels.blas", "cublaslt or cublas"]),
+    "BASTION_ROW_KERNEL=off": ({"BASTION_ROW_KERNEL": "off"}, ["BASTION_ROW_KERNEL='off'", "use 1", "or 0"]),
+}
+
+
+@pytest.mark.parametrize("name", list(ENV_CASES))
+def test_a_bad_override_variable_is_refused_in_one_line_and_loses_nothing(name, tmp_path, shared, capsys, monkeypatch):
+    variables, texts = ENV_CASES[name]
+    for var, value in variables.items():
+        monkeypatch.setenv(var, value)
+    run_case(name, tmp_path / "case", shared["root"], capsys, {name: lambda t, s: (list(BASE), texts)})
 
 
 # Runs the CLI on each case in a fresh interpreter and reports what it imported.
@@ -365,7 +392,7 @@ def test_the_calibration_grids_are_the_grid_names():
 
 def test_every_case_is_a_row_of_the_table():
     table = DOC.read_text()
-    missing = [name for name in [*CASES, *CONFIG_CASES] if f"| {name} |" not in table]
+    missing = [name for name in [*CASES, *ENV_CASES, *CONFIG_CASES, PIPELINE_ENV_CASE] if f"| {name} |" not in table]
     assert not missing, missing
 
 
@@ -392,6 +419,12 @@ CONFIG_CASES: dict[str, tuple[list[str] | str, list[str]]] = {
     "config: decode_jobs cell with shards 2": ("experiments:\n  tiny:\n    decode_jobs: cell\nshards: 2\n",
                                                ["decode_jobs: cell", "shards: 2"]),
     "config: engine turbo": (["engine=turbo"], ["`engine` = 'turbo'"]),
+    "config: kernels.rank triton": ("kernels:\n  rank: triton\n", ["`kernels['rank']` = 'triton'"]),
+    "config: kernels.row_kernel maybe": ("kernels:\n  row_kernel: maybe\n",
+                                         ["`kernels['row_kernel']` = 'maybe'", "not of type 'boolean'"]),
+    "config: unknown kernels key": ("kernels:\n  triton: false\n", ["unknown config key `kernels['triton']`"]),
+    "config: cpu_threads 0": (["cpu_threads=0"], ["`cpu_threads` = 0"]),
+    "config: cpu_threads many": (["cpu_threads=many"], ["`cpu_threads` = 'many'", "not of type 'integer'"]),
     "config: n_min 0": ("experiments:\n  tiny:\n    n_min: 0\n", ["['n_min']` = 0"]),
     "config: n_max below n_min": ("experiments:\n  tiny:\n    n_min: 32\n    n_max: 16\n", ["n_min 32 > n_max 16"]),
     "config: topk 129": ("experiments:\n  tiny:\n    topk: 129\n", ["['topk']` = 129"]),
@@ -449,3 +482,18 @@ def test_bad_config_is_refused_in_one_line_before_any_job(tmp_path):
         assert got["code"] not in (0, None) and len(errors) == 1, (name, got["output"][-3000:])
         assert all(text in errors[0] for text in texts) and "Traceback" not in got["output"], (name, errors[0])
     assert snapshot(work / "results") == before
+
+
+PIPELINE_ENV_CASE = "BASTION_RANK=triton (snakemake)"
+
+
+def test_a_bad_override_variable_stops_planning_in_one_line(tmp_path):
+    work = copy_checkout(tmp_path / "work")
+    before = snapshot(work / "results")
+    res = subprocess.run([sys.executable, "-m", "snakemake", "-n"], cwd=work, capture_output=True, text=True, timeout=300,
+                         env={**env(work), "BASTION_RANK": "triton"})
+    out = res.stdout + res.stderr
+    errors = [line for line in out.splitlines() if "error:" in line]
+    assert res.returncode == 1 and len(errors) == 1 and "Traceback" not in out, out[-3000:]
+    assert "BASTION_RANK='triton' (it overrides kernels.rank)" in errors[0] and "auto or torch" in errors[0]
+    assert snapshot(work / "results") == before  # no job ran

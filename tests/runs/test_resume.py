@@ -105,7 +105,8 @@ def test_a_pipeline_job_killed_then_rerun_after_a_code_change_starts_over(data, 
     target, drafter, _ = models.resolve("tiny")
     knobs = {"method": "ar", "temperature": 0.0, "max_new_tokens": 4, "max_samples": None, "n_min": 16,
              "n_max": 8192, "topk": 128, "budget": None, "block_size": None, "device": "cpu", "dtype": "float32",
-             "attn_impl": "sdpa", "engine": "eager", "seed": 0}
+             "attn_impl": "sdpa", "engine": "eager", "seed": 0,
+             "kernels": {"rank": "auto", "blas": "cublaslt", "drafter": "fused", "row_kernel": True, "tile_kernel": True}}
     out = tmp_path / "results" / "ar.jsonl"
 
     def job():

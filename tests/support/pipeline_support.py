@@ -70,9 +70,9 @@ def dry_run_with(work: Path, overlay: Path, yaml_text: str) -> tuple[int, str]:
     return res.returncode, res.stdout + res.stderr
 
 
-def planned(work: Path, *args: str) -> dict[str, int]:
+def planned(work: Path, *args: str, extra_env: dict[str, str] | None = None) -> dict[str, int]:
     """Rule -> number of jobs a dry run would execute ({} when nothing is to be done)."""
-    res = smk(work, "-n", "--quiet", "rules", *args)
+    res = smk(work, "-n", "--quiet", "rules", *args, extra_env=extra_env)
     return _job_counts(res.stdout + res.stderr)
 
 
@@ -94,9 +94,12 @@ def _job_counts(out: str) -> dict[str, int]:
     return counts
 
 
-def dag_jobs(work: Path, *targets: str, configfiles: tuple[str, ...] = (), config: dict | None = None) -> list[dict]:
-    """Every job a dry run of ``targets`` would execute, with its evaluated params (tests/support/dag_jobs.py)."""
-    spec = json.dumps({"targets": list(targets), "configfiles": list(configfiles), "config": config or {}})
+def dag_jobs(work: Path, *targets: str, configfiles: tuple[str, ...] = (), config: dict | None = None,
+             cores: int = 1) -> list[dict]:
+    """Every job a dry run of ``targets`` with ``--cores cores`` would execute, with its evaluated params
+    and threads (tests/support/dag_jobs.py)."""
+    spec = json.dumps({"targets": list(targets), "configfiles": list(configfiles), "config": config or {},
+                       "cores": cores})
     res = subprocess.run([sys.executable, "-m", "tests.support.dag_jobs", spec], cwd=work, env=env(work),
                          capture_output=True, text=True, timeout=600)
     if res.returncode != 0:

@@ -145,3 +145,38 @@ def test_one_calibration_job_writes_every_temperature_class(work, tmp_path):
     outputs = {x.strip() for x in re.search(r"\n\s+output: (.*)", block).group(1).split(",")}
     assert outputs == {f"results/h200/tiny/{name}.json" for name in (
         "hardware", "latency_grid", "latency_grid_sampled", "calibration", "calibration_sampled")}
+
+
+def test_every_job_gets_the_kernels_and_threads_and_a_gpu_only_choice_changes_no_cpu_job(work):
+    """The `kernels:` settings reach the calibration and decode jobs through params as they act
+    on this CPU (a GPU-only choice stays at its default there), and every job declares
+    `cpu_threads`, which Snakemake scales down to --cores: the fingerprint param (`software`)
+    carries the number the jobs use, so calibration and decoding agree."""
+    def jobs(cores: int = 1, **config) -> dict[str, dict]:
+        found = dag_jobs(work, "figures/speedup_table.pdf", config=config, cores=cores)
+        return {j["rule"]: j for j in found if j["rule"] in ("calibrate_model", "decode_model")}
+
+    def kernels(job: dict) -> list[dict]:
+        """The kernel settings a job gets: the calibration's, or each run's of a decode job."""
+        return [job["params"]["kernels"]] if "kernels" in job["params"] else [
+            k["kernels"] for k in job["params"]["knobs"].values()]
+
+    default = jobs()
+    assert set(default) == {"calibrate_model", "decode_model"}
+    settings = {"rank": "auto", "blas": "cublaslt", "drafter": "fused", "row_kernel": True, "tile_kernel": True}
+    for job in default.values():
+        assert job["threads"] == 1 and ";threads=1;" in job["params"]["software"]
+        assert "kernels={'rank': 'auto', 'blas': 'n/a'" in job["params"]["software"]
+        assert all(k == settings for k in kernels(job))
+    gpu_only = jobs(kernels={**settings, "blas": "cublas", "row_kernel": False, "tile_kernel": False})
+    assert {r: j["params"] for r, j in gpu_only.items()} == {r: j["params"] for r, j in default.items()}
+    references = jobs(kernels={**settings, "rank": "torch"})
+    for job in references.values():
+        assert all(k == {**settings, "rank": "torch"} for k in kernels(job))
+        assert "kernels={'rank': 'torch'" in job["params"]["software"]
+    two = jobs(cores=2, cpu_threads=2)
+    assert {j["threads"] for j in two.values()} == {2}
+    assert all(";threads=2;" in j["params"]["software"] for j in two.values())
+    scaled = jobs(cores=1, cpu_threads=2)  # Snakemake gives each job one thread: as calibrated with one
+    assert {j["threads"] for j in scaled.values()} == {1}
+    assert {r: j["params"] for r, j in scaled.items()} == {r: j["params"] for r, j in default.items()}

@@ -1,7 +1,8 @@
 # Calibration: one chain of jobs per (hardware, model), on the device that will decode, and
 # per temperature class: {tclass} is "" (greedy probes and overheads) or "_sampled" (T > 0).
 # With `calibration_jobs: one` (small models) a single job runs the whole chain and writes
-# the same files.
+# the same files.  Every job computes with `cpu_threads` CPU threads (scaled down to
+# --cores) and the `kernels:` settings, as the decode jobs do.
 
 
 if CALIBRATION_JOBS == "one":
@@ -31,6 +32,7 @@ if CALIBRATION_JOBS == "one":
             "logs/benchmarks/calibrate_model/{hardware}/{model}.tsv"
         conda:
             "../../envs/bastion.yaml"
+        threads: CPU_THREADS
         resources:
             **gpu_resources(),
         params:
@@ -45,6 +47,7 @@ if CALIBRATION_JOBS == "one":
             dtype=EXP.get("dtype", "auto"),
             attn_impl=config["attn_impl"],
             engine=config["engine"],
+            kernels=KERNEL_KNOBS,
             n_min=N_MIN_EXP,
             n_max=EXP.get("n_max", N_MAX),
             seed=config["seed"],
@@ -66,6 +69,7 @@ else:
             "logs/benchmarks/measure_hardware/{hardware}/{model}.tsv"
         conda:
             "../../envs/bastion.yaml"
+        threads: CPU_THREADS
         resources:
             **gpu_resources(),
         params:
@@ -74,6 +78,7 @@ else:
             dtype=EXP.get("dtype", "auto"),
             attn_impl=config["attn_impl"],
             engine=config["engine"],
+            kernels=KERNEL_KNOBS,
             software=SOFTWARE,
             code=CODE_DECODE,
         script:
@@ -97,6 +102,7 @@ else:
             "logs/benchmarks/calibrate_latency/{hardware}/{model}{tclass}.tsv"
         conda:
             "../../envs/bastion.yaml"
+        threads: CPU_THREADS
         resources:
             **gpu_resources(),
         params:
@@ -110,6 +116,7 @@ else:
             dtype=EXP.get("dtype", "auto"),
             attn_impl=config["attn_impl"],
             engine=config["engine"],
+            kernels=KERNEL_KNOBS,
             software=SOFTWARE,
             code=CODE_DECODE,
         script:
@@ -127,6 +134,7 @@ else:
             "logs/benchmarks/profile_constants/{hardware}/{model}{tclass}.tsv"
         conda:
             "../../envs/bastion.yaml"
+        threads: CPU_THREADS
         resources:
             **gpu_resources(),
         params:
@@ -134,6 +142,7 @@ else:
             dtype=EXP.get("dtype", "auto"),
             attn_impl=config["attn_impl"],
             engine=config["engine"],
+            kernels=KERNEL_KNOBS,
             n_min=N_MIN_EXP,
             n_max=EXP.get("n_max", N_MAX),
             seed=config["seed"],

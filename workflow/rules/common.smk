@@ -2,8 +2,9 @@
 
 Everything a job depends on reaches it through `input:` or `params:` so that Snakemake's
 rerun triggers see it: the sample counts, the decoding knobs, a fingerprint of the
-software stack (torch, transformers, dtype, attention backend, engine, device) and a
-hash of the library sources each rule runs.  Nothing here touches the network.
+software stack (torch, transformers, dtype, attention backend, engine, kernels, device,
+and on a CPU the threads) and a hash of the library sources each rule runs.  Nothing
+here touches the network.
 """
 
 import glob
@@ -12,12 +13,14 @@ import math
 import os
 import re
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from snakemake.utils import validate
 
 import bastion.data.registry as bds
 from bastion.calibration import fingerprint, planning
+from bastion.engines.choice import Kernels
 from bastion.defaults import (
     ABLATION_PREFIX,
     BASELINE,
@@ -243,13 +246,43 @@ if N_MIN_EXP > EXP.get("n_max", N_MAX):
     )
 
 
+def _threads_used():
+    """The CPU threads every calibration and decode job computes with: `cpu_threads`, as
+    Snakemake scales a rule's `threads:` down to `--cores` (and `--max-threads`), so that
+    the fingerprint says what ran and calibration and decoding agree.  A dry run without
+    `--cores` plans with 1, as Snakemake does."""
+    settings = workflow.resource_settings  # None: no bound (--cores on a cluster)
+    limits = [config["cpu_threads"], settings.cores, settings.max_threads]
+    return min(n for n in limits if n is not None)
+
+
+CPU_THREADS = config["cpu_threads"]  # each job's `threads:`
+THREADS = _threads_used()
+
+
+def _kernels():
+    """The `kernels:` settings with the BASTION_* variables that are set in their place."""
+    try:
+        return Kernels(**config["kernels"]).overridden(os.environ)
+    except ValueError as exc:
+        _stop(exc)
+
+
+KERNELS = _kernels()
+
+
 def _software_fingerprint():
-    """The compared fingerprint fields of this stack; a change reruns calibration and decoding."""
+    """This stack's fingerprint; its compared fields rerun calibration and decoding when they change."""
     fp = None
     if TORCH_BUILD is not None and (CPU_ONLY or EXP.get("device", "auto") == "cpu"):
         # the CPU's fingerprint needs only torch's version string
         fp = planning.cpu_fingerprint(
-            TORCH_BUILD, EXP.get("dtype", "auto"), config["attn_impl"], config["engine"]
+            TORCH_BUILD,
+            EXP.get("dtype", "auto"),
+            config["attn_impl"],
+            config["engine"],
+            KERNELS,
+            THREADS,
         )
     elif GPU_NAME:
         fp = planning.gpu_fingerprint(
@@ -258,9 +291,10 @@ def _software_fingerprint():
             EXP.get("dtype", "auto"),
             config["attn_impl"],
             config["engine"],
+            KERNELS,
+            THREADS,
         )
-    fp = fp or _torch_fingerprint()
-    return ";".join(f"{k}={fp[k]}" for k in fingerprint.COMPARED)
+    return fp or {**_torch_fingerprint(), "threads": THREADS}
 
 
 def _torch_fingerprint():
@@ -276,11 +310,23 @@ def _torch_fingerprint():
     )
     dtype = dtype or getattr(torch, EXP["dtype"])
     return fingerprint.collect(
-        device, dtype, config["attn_impl"], resolve_engine(config["engine"], device)
+        device,
+        dtype,
+        config["attn_impl"],
+        resolve_engine(config["engine"], device),
+        KERNELS,
     )
 
 
-SOFTWARE = _software_fingerprint()
+FINGERPRINT = _software_fingerprint()
+SOFTWARE = ";".join(f"{k}={FINGERPRINT[k]}" for k in fingerprint.compared(FINGERPRINT))
+# the kernel settings the jobs get: those that do not act on this device and engine at their
+# defaults, so that a change of a GPU-only choice reruns no CPU job (the fingerprint says n/a)
+KERNEL_KNOBS = asdict(
+    KERNELS.effective(
+        FINGERPRINT["device_type"], FINGERPRINT["engine"], FINGERPRINT["dtype"]
+    )
+)
 
 
 def code_hash(folders, exclude=()):
@@ -510,6 +556,7 @@ def method_knobs(dataset, temperature, method):
         "dtype": EXP.get("dtype", "auto"),
         "attn_impl": config["attn_impl"],
         "engine": config["engine"],
+        "kernels": KERNEL_KNOBS,
         "seed": config["seed"],
         "pattern": HW_PATTERN,
     }

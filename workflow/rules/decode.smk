@@ -6,7 +6,8 @@
 # (hardware, model, temperature) with `decode_jobs: model`, else `decode_cell_ablation` per
 # cell), so the speedup table never waits for it: AR, the budget rules and the fixed budgets,
 # prompt by prompt in turn, into <cell>/ablation/<method>.jsonl.  Jobs append finished
-# prompts to <output>.partial and resume from it after a kill.
+# prompts to <output>.partial and resume from it after a kill.  Every job computes with
+# `cpu_threads` CPU threads (scaled down to --cores, as the calibration jobs are).
 # The rules of one script differ only in name, scope, inputs, outputs and params:
 # get_cell_rules() and get_method_rules() (common.smk) list them, and one block per script
 # makes each.  (Snakemake evaluates a `script:` path again when the job runs, after a
@@ -30,7 +31,7 @@ for job in get_cell_rules():
             temperature=job["temperature"],
         conda:
             "../../envs/bastion.yaml"
-        threads: 1
+        threads: CPU_THREADS
         resources:
             **gpu_resources(),
         params:
@@ -56,7 +57,7 @@ for job in get_method_rules():
             temperature=job["temperature"],
         conda:
             "../../envs/bastion.yaml"
-        threads: 1
+        threads: CPU_THREADS
         resources:
             **gpu_resources(),
         params:

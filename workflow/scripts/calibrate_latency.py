@@ -8,6 +8,7 @@ hand_off(snakemake, __file__, snakemake.params.device)
 import json
 
 from bastion.calibration import stages
+from bastion.engines.choice import Kernels
 from bastion.pipeline import compile_cache
 from bastion.pipeline.gpu_slots import pinned
 from bastion.pipeline.joblog import job_log
@@ -19,5 +20,6 @@ with job_log(snakemake.log[0]), pinned(p.device):
         snakemake.output[0], snakemake.input.model, snakemake.input.hardware, p.grid, p.device, p.dtype, p.attn_impl, p.engine,
         datasets=list(snakemake.input.datasets), max_new_tokens=p.max_new_tokens,
         temperature=p.temperature, max_heldout_mape=None if p.accept_error else stages.MAX_HELDOUT_MAPE,
+        kernels=Kernels(**p.kernels), threads=snakemake.threads,
     )
     print(json.dumps({"cost_model": result["cost_model"], "report": result["report"]}, indent=1))

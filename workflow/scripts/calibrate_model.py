@@ -7,6 +7,7 @@ hand_off(snakemake, __file__, snakemake.params.device)
 
 from bastion.calibration import stages
 from bastion.calibration.overheads import describe_baselines, describe_overheads
+from bastion.engines.choice import Kernels
 from bastion.pipeline import compile_cache
 from bastion.pipeline.gpu_slots import pinned
 from bastion.pipeline.joblog import job_log
@@ -20,6 +21,7 @@ with job_log(snakemake.log[0]), pinned(p.device):
         snakemake.wildcards.model, snakemake.input.model, p.grid, p.device, p.dtype, p.attn_impl, p.engine, p.n_min, p.seed,
         datasets=list(snakemake.input.datasets), max_new_tokens=p.max_new_tokens,
         max_heldout_mape=None if p.accept_error else stages.MAX_HELDOUT_MAPE, n_max=p.n_max,
+        kernels=Kernels(**p.kernels), threads=snakemake.threads,
     )
     for cal in calibrations:
         print(f"T={cal.temperature:g}: held-out error {cal.report.get('heldout_mape', float('nan')):.3f}, "

@@ -7,8 +7,6 @@ hand_off(snakemake, __file__, snakemake.params.knobs["device"])
 
 import json
 
-import torch
-
 from bastion.calibration import hardware
 from bastion.pipeline import compile_cache
 from bastion.pipeline.gpu_slots import pinned
@@ -19,11 +17,11 @@ from bastion.runs.run import run_from_knobs
 k = snakemake.params.knobs
 compile_cache.persist(snakemake.wildcards.hardware)  # before anything compiles: later jobs load the kernels
 with job_log(snakemake.log[0]), pinned(k["device"]):
-    torch.set_num_threads(snakemake.threads)
     hardware.check_device(snakemake.wildcards.hardware, k["pattern"], hardware.resolve_device(k["device"]))
     models = json.load(open(snakemake.input.model))
     run_from_knobs(
         k, models, snakemake.input.data, snakemake.input.calibration, snakemake.wildcards.hardware,
         snakemake.wildcards.model, snakemake.wildcards.dataset, snakemake.output[0],
         history=snakemake.input.get("history"), shard=parse_shard(snakemake.params.shard or None),
+        threads=snakemake.threads,
     ).execute()

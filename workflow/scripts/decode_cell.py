@@ -10,8 +10,6 @@ hand_off(snakemake, __file__, next(iter(snakemake.params.knobs.values()))["devic
 
 import json
 
-import torch
-
 from bastion.calibration import hardware
 from bastion.pipeline import compile_cache
 from bastion.pipeline.gpu_slots import pinned
@@ -23,13 +21,12 @@ cell = snakemake.params.knobs  # run name -> knobs with dataset, data and output
 k0 = next(iter(cell.values()))
 compile_cache.persist(snakemake.wildcards.hardware)  # before anything compiles: later jobs load the kernels
 with job_log(snakemake.log[0]), pinned(k0["device"]):
-    torch.set_num_threads(snakemake.threads)
     hardware.check_device(snakemake.wildcards.hardware, k0["pattern"], hardware.resolve_device(k0["device"]))
     models = json.load(open(snakemake.input.model))
     decode_cell([
         run_from_knobs(
             k, models, k["data"], snakemake.input.calibration, snakemake.wildcards.hardware,
-            snakemake.wildcards.model, k["dataset"], k["output"], history=k["history"],
+            snakemake.wildcards.model, k["dataset"], k["output"], history=k["history"], threads=snakemake.threads,
         )
         for k in cell.values()
     ])
