@@ -20,7 +20,7 @@ import time
 
 from torch._dynamo.utils import counters
 
-import bastion.runs.run as run_module
+import bastion.runs.runner as run_module
 from bastion import benchmark
 from bastion.engines import compiled
 
@@ -28,8 +28,8 @@ from bastion.engines import compiled
 def main(argv: list[str]) -> int:
     choose, calibrate = compiled.Compilation.__dict__["choose"], run_module.calibrate  # the classmethod itself
 
-    def choose_compiled(cls, fused, device, compile=None) -> compiled.Compilation:
-        return choose.__func__(cls, fused, device, compile=True)
+    def choose_compiled(cls, fused, device, compile=None, kernels=None) -> compiled.Compilation:
+        return choose.__func__(cls, fused, device, compile=True, kernels=kernels)
 
     def calibrate_counted(*args, **kwargs):
         t0 = time.perf_counter()

@@ -30,7 +30,6 @@ from bastion.runs.inputs import Inputs, dist
 from bastion.runs.session import Session, drafters
 from bastion.runs.settings import RunSettings
 from bastion.runs.turns import decode_prompt
-from bastion.speculative.methods import method_spec
 from bastion.speculative.policy import TreePolicy
 
 

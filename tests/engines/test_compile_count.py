@@ -65,3 +65,26 @@ def test_decoding_after_calibration_compiles_only_its_own_shapes(eager_compile):
     for method, policy in (("ar", None), ("dflash", None), ("bastion", TreePolicy(budget=16))):
         frames, breaks = _frames(functools.partial(StaticDecoder(engine, method, policy).generate, prompt, 12))
         assert (frames, breaks) == (0, {}), method
+
+
+def test_the_compile_count_benchmark_patches_what_a_run_calls(monkeypatch):
+    """benchmarks.compile_count swaps the engine's compilation choice and the runner's calibration
+    for the length of one CLI run: both must be what a run calls, with the run's own arguments."""
+    import benchmarks.compile_count as bench
+    from bastion.engines import compiled
+    from bastion.engines.choice import Kernels
+
+    real_calibrate = bench.run_module.calibrate
+    seen = {}
+
+    def one_run(argv):
+        kernels = Kernels(rank="torch")
+        seen["choice"] = compiled.Compilation.choose(True, torch.device("cpu"), kernels=kernels)
+        seen["patched"] = bench.run_module.calibrate is not real_calibrate
+        return 0
+
+    monkeypatch.setattr(bench.benchmark, "main", one_run)
+    assert bench.main([]) == 0
+    assert seen["choice"].fused and seen["choice"].compile and seen["choice"].kernels.rank == "torch"
+    assert seen["patched"] and bench.run_module.calibrate is real_calibrate  # restored after the run
+    assert compiled.Compilation.choose(True, torch.device("cpu")).compile is False
