@@ -136,7 +136,8 @@ def column_name(model: str, temperature: float, method: str, metric: str) -> str
 def speedup_table(cells: str | os.PathLike | pd.DataFrame, methods: Sequence[str]) -> pd.DataFrame:
     """Numeric table: index = datasets (+ ``Average``), columns ``model/T<t>/method/metric``.
 
-    ``methods`` are the methods to show (AR is dropped).  Missing cells are NaN.  In each
+    ``methods`` are the methods to show (AR is dropped; a lossy one only in panels of
+    T > 0, where it differs from its lossless twin).  Missing cells are NaN.  In each
     (model, temperature) panel the Average row is every method's mean over the same
     datasets, those where every method of the panel has a result; a method missing from
     some of the panel's datasets gets none (NaN), and ``table.attrs["notes"]`` says what is
@@ -160,7 +161,9 @@ def speedup_table(cells: str | os.PathLike | pd.DataFrame, methods: Sequence[str
     notes: list[str] = []
     for model, temp in combos(df):
         sub = rows[(rows["model"] == model) & (rows["temperature"] == temp)]
-        notes += _panel_columns(table, averages, sub, model, temp, shown)
+        # a lossy acceptance is its lossless twin at T = 0, where no run decodes it: no column there
+        panel = [m for m in shown if float(temp) > 0 or not is_lossy(m)]
+        notes += _panel_columns(table, averages, sub, model, temp, panel)
     table.loc[AVERAGE] = pd.Series(averages, dtype=float)
     table.attrs["notes"] = lossy_notes([m for m in shown if m in set(rows["method"])], method_label) + notes
     return table

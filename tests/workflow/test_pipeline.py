@@ -81,15 +81,19 @@ def test_the_ablation_job_decodes_its_own_runs_and_leaves_the_main_job_alone(wor
     assert {p: p.stat().st_mtime_ns for p in results.glob("*/t0/*.jsonl")} == stamp
     for dataset in ("humaneval-pkg", "stdlib-heldout"):
         main, own = results / dataset / "t0", results / dataset / "t0" / "ablation"
-        assert sorted(p.name for p in own.iterdir()) == ["ar.jsonl", "bastion-b16.jsonl", "bastion.jsonl"]
+        assert sorted(p.name for p in own.iterdir()) == ["ar.jsonl", "bastion-b16.jsonl", "bastion.jsonl",
+                                                        "bastion_plus.jsonl"]
         ar = _tokens(main / "ar.jsonl")
-        assert len(ar) == 8 and all(_tokens(own / f"{m}.jsonl") == ar for m in ("ar", "bastion", "bastion-b16"))
+        assert len(ar) == 8 and all(_tokens(own / f"{m}.jsonl") == ar
+                                    for m in ("ar", "bastion", "bastion_plus", "bastion-b16"))
+        # the paper's rule builds the same trees as the main job's: its count depends on the
+        # calibration alone (bastion_plus's also on what its gate and surrogate saw, prompt by prompt)
         trees = [[r["tree_sizes"] for r in map(json.loads, open(folder / "bastion.jsonl"))] for folder in (main, own)]
-        assert trees[0] == trees[1]  # the same adaptive trees as the main job's
+        assert trees[0] == trees[1]
         assert {s for r in map(json.loads, open(own / "bastion-b16.jsonl")) for s in r["tree_sizes"]} <= set(range(1, 17))
     cells = list(csv.DictReader(open(work / f"results/{hw}/aggregate/tiny/ablation/cells.csv")))
     assert sorted((c["dataset"], c["method"]) for c in cells) == sorted(
-        (d, m) for d in ("humaneval-pkg", "stdlib-heldout") for m in ("ar", "bastion", "bastion-b16"))
+        (d, m) for d in ("humaneval-pkg", "stdlib-heldout") for m in ("ar", "bastion", "bastion_plus", "bastion-b16"))
     assert all(float(c["speedup"]) == 1.0 for c in cells if c["method"] == "ar")
     assert all(float(c["speedup"]) > 0 for c in cells)
     # the drift check: a rule whose trees all had 16 nodes is held against the fixed 16
@@ -113,7 +117,7 @@ def test_lint_and_paper_plan_without_network(work):
     plan = planned(work, "--config", "experiment=paper")
     assert time.monotonic() - t0 < 120
     # 3 models x 8 datasets x 2 temperatures x (ar, eagle3, dflash, bastion), and the ablation per cell
-    assert plan["decode"] == 3 * 8 * 2 * 4 and plan["decode_cell_ablation"] == 3 * 8 * 2
+    assert plan["decode"] == 3 * 8 * (5 + 6) and plan["decode_cell_ablation"] == 3 * 8 * 2  # lossy at T = 1 only
     # calibration per (model, temperature class): T = 0 and T > 0
     assert plan["prepare_dataset"] == 8 and plan["fetch_model"] == 3 and plan["calibrate_latency"] == 6
 
@@ -214,7 +218,7 @@ def test_killed_decode_job_resumes_each_method_without_loss_or_duplicates(work):
                 for p in results.glob("*/t0/*.jsonl")}
 
     before = records()
-    assert len(before) == 2 * 4  # both datasets' ar, eagle3, dflash and bastion (the ablation is its own job)
+    assert len(before) == 2 * 5  # both datasets' ar, eagle3, dflash and both rules (the ablation is its own job)
     (work / target).unlink()
     assert planned(work, "--", target) == {"decode_model": 1}
     partial = work / f"{target}.partial"
@@ -260,7 +264,7 @@ def test_hardware_switch_reruns_only_the_new_key_in_one_warm_worker(work):
     old = hardware_key(work)
     keys = 'hardware_keys={"alt-cpu": {"device_pattern": "."}}'
     before = _cells(work / "results" / old / "tiny")
-    assert len(before) == 8
+    assert len(before) == 2 * 5
     stamp = {p: p.stat().st_mtime_ns for p in (work / "results").rglob("*") if p.is_file()}
     plan = planned(work, "--config", "hardware=alt-cpu", keys, "--", "figures/speedup_table.pdf")
     assert plan.get("calibrate_model") == 1 and plan.get("decode_model") == 1
