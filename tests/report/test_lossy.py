@@ -93,3 +93,14 @@ def test_figures_mark_the_lossy_method(tmp_path):
     text = pdf_text(steps)
     assert "BASTION (lossy) (mean \u03c4 =" in text and LOSSY_NOTE in text
 
+
+
+def test_a_lossy_method_has_no_column_at_t0(tmp_path):
+    """The pipeline decodes the lossy acceptance at T > 0 only (at T = 0 it is its lossless twin):
+    the T = 0 panel shows no empty column for it, the T = 1 panel shows it."""
+    rows = [cell("m1", d, t, "ar", 1.0, 1.0, 1.0) for d in ("gsm8k", "mbpp") for t in (0.0, 1.0)]
+    rows += [cell("m1", d, t, "bastion", 2.0, 3.0) for d in ("gsm8k", "mbpp") for t in (0.0, 1.0)]
+    rows += [cell("m1", d, 1.0, "bastion_lossy", 2.5, 3.5) for d in ("gsm8k", "mbpp")]
+    table = tables.speedup_table(write_rows(rows, tmp_path / "both.csv"), ["ar", "bastion", "bastion_lossy"])
+    assert "m1/T0/bastion_lossy/speedup" not in table.columns and "m1/T0/bastion/speedup" in table.columns
+    assert table.loc["Average", "m1/T1/bastion_lossy/speedup"] == 2.5
