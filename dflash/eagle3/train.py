@@ -174,6 +174,14 @@ def _resume(out: Path, head: Eagle3Head, opt: torch.optim.Optimizer, gen: torch.
     return int(state["step"]), float(state["elapsed"])
 
 
+def _start_log(path: Path, start: int, args: argparse.Namespace) -> None:
+    """A fresh run starts a new log; either way the arguments are logged (tokens seen, tables read them)."""
+    if not start and path.exists():
+        path.unlink()
+    with open(path, "a", encoding="utf-8") as log:
+        log.write(json.dumps({"step": start, "event": "resume" if start else "start", "args": vars(args)}) + "\n")
+
+
 def _schedule(args: argparse.Namespace):
     """Step (and, with --time-schedule, training seconds) -> learning rate."""
     warmup = args.warmup_steps if args.warmup_steps is not None else max(1, args.steps // 20)
@@ -247,8 +255,7 @@ def _train(args: argparse.Namespace, out: Path, head: Eagle3Head, target: torch.
     arg_dict = {k: v for k, v in vars(args).items() if k not in _FREE}
     log_path = out / "train_log.jsonl"
     start, elapsed = _resume(out, head, opt, gen, arg_dict, device)
-    if not start and log_path.exists():
-        log_path.unlink()
+    _start_log(log_path, start, args)
     lr_at = _schedule(args)
     starts = _doc_starts(target, tokens, args)
     weights = [args.step_decay**k for k in range(args.ttt_steps)]
@@ -279,7 +286,8 @@ def _train(args: argparse.Namespace, out: Path, head: Eagle3Head, target: torch.
             opt.step()
             elapsed += time.perf_counter() - t0
             row = {"step": step, "loss": loss.item(), "step_losses": [round(x.item(), 5) for x in losses],
-                   "acc": [round(a, 4) for a in accs], "lr": lr, "elapsed_s": round(elapsed, 2)}
+                   "acc": [round(a, 4) for a in accs], "lr": lr, "elapsed_s": round(elapsed, 2),
+                   "tokens_seen": step * args.batch_size * args.seq_len}
             if not math.isfinite(row["loss"]):
                 raise ts.TrainSetupError(f"loss became {row['loss']} at step {step}")
             if val is not None and args.val_every and step % args.val_every == 0:
