@@ -79,13 +79,15 @@ def ttt_forward(head: Eagle3Head, feats: torch.Tensor, ids: torch.Tensor, steps:
 
 
 def ttt_scores(head: Eagle3Head, feats: torch.Tensor, ids: torch.Tensor, logits: torch.Tensor, steps: int,
-               roots: torch.Tensor | None = None) -> list[StepScore]:
+               roots: torch.Tensor | None = None, outside_vocab_counts: bool = False) -> list[StepScore]:
     """Score every unrolled step against the target's ``logits`` [B, T, V].
 
     ``roots`` [B, T] bool, if given, restricts the count to positions ``t`` whose root
-    (token ``t + 1``) it marks, e.g. roots inside a generated continuation.  The target's
-    draft-vocabulary distribution is computed once and shifted per step: it is the same
-    tensor at every depth.
+    (token ``t + 1``) it marks, e.g. roots inside a generated continuation.  Training
+    counts only labels inside the draft vocabulary; with ``outside_vocab_counts`` the
+    others count too, as misses (a head can never draft them), so heads of different
+    vocabularies compare like for like.  The target's draft-vocabulary distribution is
+    computed once and shifted per step: it is the same tensor at every depth.
     """
     t_len = feats.shape[1]
     with torch.no_grad():
@@ -97,15 +99,15 @@ def ttt_scores(head: Eagle3Head, feats: torch.Tensor, ids: torch.Tensor, logits:
     scores = []
     for k, h in enumerate(ttt_forward(head, feats, ids, steps)):
         n_pos = t_len - 1 - k  # positions whose step-k label exists
-        valid = in_draft[:, 1 + k :]  # [B, n_pos]
+        labelled = in_draft[:, 1 + k :]  # [B, n_pos]
+        valid = torch.ones_like(labelled) if outside_vocab_counts else labelled
         if roots is not None:
             valid = valid & roots[:, 1 : 1 + n_pos]
         z_k = head.logits(h[:, :n_pos]).float()  # [B, n_pos, Vd]
         ce = F.cross_entropy(z_k.flatten(0, 1), p[:, 1 + k :].flatten(0, 1), reduction="none")  # [B * n_pos]
-        w = valid.flatten()
-        counted = w.sum()
-        hits = ((z_k.detach().argmax(-1) == best[:, 1 + k :]) & valid).sum()
-        scores.append(StepScore((ce * w).sum() / counted.clamp(min=1), hits, counted))
+        w = (valid & labelled).flatten()
+        hits = ((z_k.detach().argmax(-1) == best[:, 1 + k :]) & labelled & valid).sum()
+        scores.append(StepScore((ce * w).sum() / w.sum().clamp(min=1), hits, valid.sum()))
     return scores
 
 

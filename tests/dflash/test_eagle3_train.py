@@ -102,3 +102,20 @@ def test_bad_settings_are_refused_in_one_line(pair, tmp_path, capsys, extra, wor
     assert train.cli(_args(pair, tmp_path / "x", *extra)) == 2
     err = capsys.readouterr().err.strip()
     assert words in err and "\n" not in err
+
+
+def test_labels_outside_the_draft_vocabulary_can_count_as_misses(pair):
+    target = AutoModelForCausalLM.from_pretrained(pair / "target").eval()
+    torch.manual_seed(2)
+    head = Eagle3Head(head_config_for(target.config, V // 2, None, None))
+    head.t2d[V // 2 :] = True  # the upper half of the target's tokens; the lower half cannot be drafted
+    head.d2t.fill_(V // 2)
+    head.attach_target_embeddings(target.get_input_embeddings())
+    ids = torch.from_numpy(np.load(pair / "ids.npy")[:40].astype(np.int64)).view(2, 20)
+    feats, logits = train.target_pass(target, ids, head.config.layer_ids(8))
+    inside = ttt_scores(head, feats, ids, logits, 3)
+    every = ttt_scores(head, feats, ids, logits, 3, outside_vocab_counts=True)
+    assert [int(s.counted) for s in every] == [2 * 19, 2 * 18, 2 * 17]
+    assert all(int(i.counted) < int(e.counted) for i, e in zip(inside, every))  # some labels fall outside
+    assert [int(s.hits) for s in inside] == [int(s.hits) for s in every]  # never a hit there
+    assert [float(s.loss) for s in inside] == [float(s.loss) for s in every]
