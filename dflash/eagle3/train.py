@@ -234,6 +234,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         history = _train(args, out, head, target, layer_ids, tokens, val)
     except _Stopped as stop:
         return {"history": stop.history, "stopped_at": args.stop_after, "layer_ids": layer_ids}
+    save_eagle3(head, out / "head", layout=args.layout)  # before validating: a run killed there keeps its head
     result: dict[str, Any] = {"history": history, "head_dir": str(out / "head"), "layer_ids": layer_ids}
     if val is not None:
         result["val"] = evaluate(head, target, layer_ids, val, args)
@@ -241,7 +242,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             fh.write(json.dumps({"step": history[-1]["step"] if history else 0, "event": "final",
                                  "val": result["val"]}) + "\n")
         print(f"validation: loss {result['val']['loss']:.4f} acc {result['val']['acc']}", file=sys.stderr)
-    save_eagle3(head.cpu(), out / "head", layout=args.layout)
     return result
 
 

@@ -118,4 +118,4 @@ def test_labels_outside_the_draft_vocabulary_can_count_as_misses(pair):
     assert [int(s.counted) for s in every] == [2 * 19, 2 * 18, 2 * 17]
     assert all(int(i.counted) < int(e.counted) for i, e in zip(inside, every))  # some labels fall outside
     assert [int(s.hits) for s in inside] == [int(s.hits) for s in every]  # never a hit there
-    assert [float(s.loss) for s in inside] == [float(s.loss) for s in every]
+    assert [s.loss.item() for s in inside] == [s.loss.item() for s in every]
