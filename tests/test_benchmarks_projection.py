@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from benchmarks import projection
 
 
@@ -17,3 +19,25 @@ def test_projection_from_the_shipped_references(tmp_path):
     assert projection.main(["--out", str(out)]) == 0
     text = out.read_text()
     assert text.startswith("**Projection, not a measurement**") and "1,160 tok/s" in text
+
+
+def test_eagle3_row_from_measured_step_costs_and_published_tau(tmp_path):
+    parts, source = projection.eagle3_step_cost(None)
+    assert parts == {"draft": 13.41, "verify": 6.47, "commit": 0.03} and "run Q" in source
+    step = sum(parts.values())
+    rows = projection.project(5.321, 8.159, step)
+    gsm8k = next(r for r in rows if r["dataset"] == "gsm8k")
+    assert gsm8k["eagle3_tau"] == 2.89 and round(gsm8k["eagle3"], 3) == round(1e3 * 2.89 / step, 3)
+    assert round(gsm8k["eagle3_speedup"], 4) == round(2.89 * 5.321 / step, 4) and gsm8k["eagle3_paper"] == 3.10
+    assert round(rows[-1]["eagle3_paper"], 2) == 2.70  # the paper's average, from its per-dataset figures
+    measured = tmp_path / "eagle3_cost.json"
+    measured.write_text(json.dumps({
+        "draft": [{"context": 2048, "draft_ms": 9.0}, {"context": 512, "draft_ms": 2.2}],
+        "verify": [{"engine": "static", "context": 512, "verify_ms": 9.0, "commit_ms": 0.1},
+                   {"engine": "compiled", "context": 512, "verify_ms": 6.0, "commit_ms": 0.05}]}))
+    assert projection.eagle3_step_cost(str(measured)) == ({"draft": 2.2, "verify": 6.0, "commit": 0.05}, str(measured))
+    out = tmp_path / "p.md"
+    assert projection.main(["--eagle3-measured", str(measured), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "EAGLE-3 step at the 7/10/60 tree 8.25 ms" in text and "| 2.70x |" in text
+    assert "its draft is 2.20 of its 8.25 ms step" in text

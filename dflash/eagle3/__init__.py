@@ -2,6 +2,7 @@
 
 Submodules: :mod:`.config` (config + tapped-layer convention), :mod:`.model` (the head and
 its KV cache), :mod:`.checkpoint` (strict loading/saving), :mod:`.tree` (depth-wise top-k
-tree drafting) and :mod:`.train` (training-time-test trainer and CLI).  Nothing here
+tree drafting), :mod:`.ttt` (the training-time test and its per-step scores) and
+:mod:`.train` (the trainer and its CLI).  Nothing here
 imports ``bastion``.
 """

@@ -74,6 +74,25 @@ def normalise_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
+def read_draft_vocab(name_or_path: str, cache_dir: str | None = None) -> int:
+    """A head's draft vocabulary from its config.json alone (a repo fetches only that file).
+
+    Tree settings are checked against it before any weights load, so a bad ``--eagle3-topk``
+    fails in a second, not after loading a target and a head.
+    """
+    folder = resolve_checkpoint_dir(name_or_path, cache_dir, allow_patterns=("config.json",))
+    path = folder / "config.json"
+    if not path.exists():
+        raise Eagle3CheckpointError(f"{folder} has no config.json")
+    with open(path, encoding="utf-8") as fh:
+        data = json.load(fh)
+    value = data.get("draft_vocab_size") if isinstance(data, dict) else None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise Eagle3CheckpointError(f"{path} gives draft_vocab_size {value!r}; an EAGLE-3 head config needs a "
+                                    "positive integer there")
+    return value
+
+
 def adopt_target_rope(config: Eagle3Config, target_config: Any) -> None:
     """Give the head the target's RoPE parameters (theta and scaling, e.g. ``llama3``)."""
     params = getattr(target_config, "rope_parameters", None)

@@ -160,3 +160,18 @@ class Eagle3Config:
         with open(path, "w", encoding="utf-8") as fh:
             json.dump(self.to_dict(), fh, indent=2, sort_keys=True)
             fh.write("\n")
+
+
+def head_config_for(target_cfg: Any, draft_vocab: int, layer_ids: list[int] | None,
+                    intermediate: int | None) -> Eagle3Config:
+    """A head as wide as the target, with the target's attention shape and RoPE."""
+    t = getattr(target_cfg, "text_config", None) or target_cfg
+    hd = getattr(t, "head_dim", None) or t.hidden_size // t.num_attention_heads
+    rp = dict(getattr(t, "rope_parameters", None) or {"rope_theta": 10000.0, "rope_type": "default"})
+    layers = LlamaConfig(
+        hidden_size=t.hidden_size, intermediate_size=intermediate or t.intermediate_size,
+        num_attention_heads=t.num_attention_heads, num_key_value_heads=t.num_key_value_heads, head_dim=hd,
+        num_hidden_layers=1, vocab_size=t.vocab_size, rms_norm_eps=t.rms_norm_eps, hidden_act="silu",
+        max_position_embeddings=t.max_position_embeddings, rope_parameters=rp,
+    )
+    return Eagle3Config(layers=layers, draft_vocab_size=draft_vocab, target_layer_ids=layer_ids)

@@ -1,23 +1,20 @@
 """Train a small EAGLE-3 head against a frozen target with the *training-time test*.
 
-Why unroll: at inference the head's own output state replaces the target feature below
-the root, so a head trained only on target features sees inputs at depth >= 2 it never
-saw in training.  EAGLE-3 therefore unrolls the head ``--ttt-steps`` times per batch
-(reference ``eagle/traineagle3/cnets.py``: 7 steps, loss weights ``0.8 ** k``,
-``main.py``).  Step ``k`` at position ``t`` reads
+Each step runs the frozen target once over a batch of windows (its three tapped states
+and its logits), unrolls the head ``--ttt-steps`` times (:mod:`.ttt`) and minimises the
+per-step soft cross-entropies weighted ``--step-decay ** k`` (reference
+``eagle/traineagle3/main.py``: 7 steps, 0.8).  Each step's loss is normalised by the
+positions it counts (the reference divides by all positions).  The draft vocabulary is the
+full target vocabulary or its ``--draft-vocab-size`` most frequent tokens in ``--data``
+(reference ``d2t``/``t2d``).
 
-* feature: target features at ``t`` (step 0) or the head's step ``k-1`` output at ``t``;
-* token: the data token at ``t + 1 + k`` (teacher forcing on tokens);
-* keys: step-0 keys of positions ``<= t`` (committed context) plus the keys of steps
-  ``1..k`` at ``t`` (its own ancestors), rope position ``t + k`` -- exactly a depth-``k``
-  node of the inference tree rooted after position ``t``;
-* target: the target's distribution at ``t + 1 + k`` restricted to the draft vocabulary
-  (soft cross-entropy), counted only where the target's argmax is in that vocabulary.
-
-The loss is normalised by the number of counted positions per step (the reference divides
-by all positions).  Data loading and the target pass reuse :mod:`dflash.train_data` /
-:mod:`dflash.train_setup`.  The draft vocabulary is the full target vocabulary or its
-``--draft-vocab-size`` most frequent tokens in ``--data`` (reference ``d2t``/``t2d``).
+The run follows the DFlash trainer (:mod:`dflash.train`) where the reasons are the same:
+linear warm-up then cosine decay to ``--min-lr-ratio`` (at a constant rate the loss is
+still falling when the run stops); ``--max-seconds`` with ``--time-schedule``, so a run
+cut by the clock still ends at its floor rate; ``--doc-windows`` (windows start where a
+document starts, as a prompt does); checkpoints every ``--save-every`` steps that the same
+command resumes, carrying the training time so the clock's schedule continues; per-step
+validation accuracy on ``--val-data``.
 
 Usage::
 
@@ -30,25 +27,34 @@ import argparse
 import json
 import math
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from transformers import LlamaConfig
 
 from .. import train_data as td
 from .. import train_setup as ts
-from .checkpoint import save_eagle3
-from .config import Eagle3Config
-from .model import Eagle3Head, _rope
+from ..train import lr_lambda
+from .checkpoint import load_eagle3, save_eagle3
+from .config import head_config_for
+from .model import Eagle3Head
+from .ttt import ttt_forward, ttt_losses, ttt_scores
+
+__all__ = ["build_parser", "vocab_maps", "head_config_for", "ttt_forward", "ttt_losses", "evaluate", "main", "cli"]
+# --threads only divides the same work differently: a resume may change it
+_FREE = ("threads",)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m dflash.eagle3.train", description=__doc__.split("\n\n")[0])
     p.add_argument("--target", required=True, help="HF repo id or local folder of the target causal LM")
     p.add_argument("--data", required=True, help=".npy / .bin (uint16) token ids, or a text file")
-    p.add_argument("--out", required=True, help="output folder: head/ (public layout) and train_log.jsonl")
+    p.add_argument("--val-data", help="validation token ids (same formats): per-step accuracy, at the end "
+                                      "and every --val-every steps")
+    p.add_argument("--out", required=True, help="output folder: head/ (public layout), checkpoint/, train_log.jsonl")
+    p.add_argument("--init-from", help="fine-tune this head folder (its vocabulary, taps and widths are kept)")
     p.add_argument("--draft-vocab-size", type=int, help="keep the N most frequent data tokens (default: all)")
     p.add_argument("--target-layer-ids", help="comma-separated output-of-layer ids (default: reference taps)")
     p.add_argument("--intermediate-size", type=int, help="head MLP width (default: the target's)")
@@ -57,13 +63,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--doc-windows", action="store_true", help="windows start at a document start (after an EOS)")
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--min-lr-ratio", type=float, default=0.1, help="cosine floor as a fraction of --lr")
+    p.add_argument("--warmup-steps", type=int, help="default: 5%% of --steps")
+    p.add_argument("--max-seconds", type=float, default=0, help="finish (save, validate) after this much training time")
+    p.add_argument("--time-schedule", action="store_true",
+                   help="with --max-seconds: the decay follows the clock as well as the steps")
     p.add_argument("--grad-clip", type=float, default=0.5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--target-dtype", default="auto", help="auto (bf16 GPU / fp32 CPU), bf16, fp32")
+    p.add_argument("--precision", default="fp32", help="autocast of the head's matmuls: fp32 (none), bf16, auto "
+                                                       "(bf16 on a GPU)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--layout", choices=("eagle", "angelslim"), default="eagle")
+    p.add_argument("--save-every", type=int, default=0, help="checkpoint every N steps (0: never)")
+    p.add_argument("--val-every", type=int, default=0)
+    p.add_argument("--val-batches", type=int, default=8)
     p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--stop-after", type=int, help="checkpoint and stop after this step without finishing (a kill)")
     return p
 
 
@@ -79,128 +98,211 @@ def vocab_maps(tokens: np.ndarray, vocab: int, n: int | None) -> tuple[torch.Ten
     return d2t, t2d
 
 
-def head_config_for(target_cfg: Any, draft_vocab: int, layer_ids: list[int] | None,
-                    intermediate: int | None) -> Eagle3Config:
-    """A head as wide as the target, with the target's attention shape and RoPE."""
-    t = getattr(target_cfg, "text_config", None) or target_cfg
-    hd = getattr(t, "head_dim", None) or t.hidden_size // t.num_attention_heads
-    rp = dict(getattr(t, "rope_parameters", None) or {"rope_theta": 10000.0, "rope_type": "default"})
-    layers = LlamaConfig(
-        hidden_size=t.hidden_size, intermediate_size=intermediate or t.intermediate_size,
-        num_attention_heads=t.num_attention_heads, num_key_value_heads=t.num_key_value_heads, head_dim=hd,
-        num_hidden_layers=1, vocab_size=t.vocab_size, rms_norm_eps=t.rms_norm_eps, hidden_act="silu",
-        max_position_embeddings=t.max_position_embeddings, rope_parameters=rp,
-    )
-    return Eagle3Config(layers=layers, draft_vocab_size=draft_vocab, target_layer_ids=layer_ids)
-
-
-def ttt_forward(head: Eagle3Head, feats: torch.Tensor, ids: torch.Tensor, steps: int) -> list[torch.Tensor]:
-    """Unroll the head ``steps`` times; return each step's output states [B, T, H].
-
-    feats [B, T, 3*Ht] target features, ids [B, T] tokens.  Step ``k`` at position ``t``
-    equals a depth-``k`` tree node after committed context ``0..t`` (see module docstring).
-    """
-    b, t_len, _ = feats.shape
-    attn, layer = head.midlayer.self_attn, head.midlayer
-    nh, nkv, d = attn.num_heads, attn.num_kv_heads, attn.head_dim
-    rep = nh // nkv
-    pos = torch.arange(t_len, device=feats.device)
-    causal = pos[None, :] <= pos[:, None]  # [T, T]
-    feature = head.project(feats)  # [B, T, H]
-    keys: list[torch.Tensor] = []  # per step [B, nh, T, D]
-    vals: list[torch.Tensor] = []
-    outs = []
-    for k in range(steps):
-        tok = torch.zeros_like(ids)
-        tok[:, : t_len - 1 - k] = ids[:, 1 + k :]  # token t+1+k
-        x = torch.cat([layer.input_layernorm(head.embed(tok)), layer.hidden_norm(feature)], dim=-1)
-        cos, sin = head.rotary_emb(feature, (pos + k)[None].expand(b, -1))
-        q = _rope(attn.q_proj(x).view(b, t_len, nh, d).transpose(1, 2), cos, sin)
-        kk = _rope(attn.k_proj(x).view(b, t_len, nkv, d).transpose(1, 2), cos, sin).repeat_interleave(rep, 1)
-        vv = attn.v_proj(x).view(b, t_len, nkv, d).transpose(1, 2).repeat_interleave(rep, 1)
-        keys.append(kk)
-        vals.append(vv)
-        s0 = (q @ keys[0].transpose(-1, -2)) * d**-0.5  # [B, nh, T, T] committed context
-        s0 = s0.masked_fill(~causal, float("-inf"))
-        diag = [((q * kj).sum(-1) * d**-0.5)[..., None] for kj in keys[1:]]  # own chain, [B, nh, T, 1]
-        p = torch.softmax(torch.cat([s0, *diag], dim=-1).float(), dim=-1).to(q.dtype)
-        out = p[..., :t_len] @ vals[0]
-        for j, vj in enumerate(vals[1:]):
-            out = out + p[..., t_len + j : t_len + j + 1] * vj
-        h = feature + attn.o_proj(out.transpose(1, 2).reshape(b, t_len, nh * d))
-        h = h + layer.mlp(layer.post_attention_layernorm(h))
-        outs.append(h)
-        feature = h  # the head's own output feeds the next step
-    return outs
-
-
-def ttt_losses(head: Eagle3Head, feats: torch.Tensor, ids: torch.Tensor, logits: torch.Tensor,
-               steps: int) -> tuple[list[torch.Tensor], list[float]]:
-    """Per-step soft cross-entropies and argmax accuracies; logits [B, T, V] of the target."""
-    b, t_len, _ = feats.shape
-    t2d = head.t2d
-    losses, accs = [], []
-    for k, h in enumerate(ttt_forward(head, feats, ids, steps)):
+def _new_head(args: argparse.Namespace, target: torch.nn.Module, tokens: np.ndarray) -> Eagle3Head:
+    """A fresh head (draft vocabulary from ``tokens``) or the ``--init-from`` one, on the target's embeddings."""
+    if args.init_from:
+        head = load_eagle3(args.init_from, target.config)
+    else:
+        tcfg = getattr(target.config, "text_config", None) or target.config
+        d2t, t2d = vocab_maps(tokens, int(tcfg.vocab_size), args.draft_vocab_size)
+        cfg = head_config_for(target.config, int(d2t.numel()), ts.parse_layer_ids(args.target_layer_ids),
+                              args.intermediate_size)
+        head = Eagle3Head(cfg)
         with torch.no_grad():
-            tgt = torch.zeros_like(logits)
-            tgt[:, : t_len - 1 - k] = logits[:, 1 + k :]  # target distribution at t+1+k
-            valid = torch.zeros(b, t_len, dtype=torch.bool, device=feats.device)
-            valid[:, : t_len - 1 - k] = True
-            valid &= t2d[tgt.argmax(-1)]
-            p_tgt = torch.softmax(tgt[..., t2d].float(), dim=-1)  # [B, T, Vd]
-        logp = torch.log_softmax(head.logits(h).float(), dim=-1)
-        n = valid.sum().clamp(min=1)
-        losses.append((-(p_tgt * logp).sum(-1) * valid).sum() / n)
-        accs.append(float(((logp.argmax(-1) == p_tgt.argmax(-1)) & valid).sum() / n))
-    return losses, accs
+            head.d2t.copy_(d2t)
+            head.t2d.copy_(t2d)
+    head.attach_target_embeddings(target.get_input_embeddings())
+    return head.float()
+
+
+@torch.no_grad()
+def target_pass(target: torch.nn.Module, ids: torch.Tensor, layer_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """ids [B, T] -> (tapped features [B, T, 3*Ht], logits [B, T, V]), both fp32."""
+    o = target(input_ids=ids, output_hidden_states=True, use_cache=False)
+    return torch.cat([o.hidden_states[i + 1] for i in layer_ids], dim=-1).float(), o.logits.float()
+
+
+def _autocast(device: torch.device, precision: str):
+    """bf16 autocast for the head's matmuls on a GPU (its weights, optimizer and losses stay fp32)."""
+    dtype = ts.resolve_dtype(precision, device)
+    return torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
+
+
+def _doc_starts(target: torch.nn.Module, tokens: np.ndarray, args: argparse.Namespace) -> np.ndarray | None:
+    if not args.doc_windows:
+        return None
+    eos = target.config.eos_token_id
+    eos = eos[0] if isinstance(eos, (list, tuple)) else eos
+    if eos is None:
+        raise td.DataError("--doc-windows needs the target's eos_token_id")
+    return td.document_starts(tokens, int(eos), args.seq_len)
+
+
+@torch.no_grad()
+def evaluate(head: Eagle3Head, target: torch.nn.Module, layer_ids: list[int], tokens: np.ndarray,
+             args: argparse.Namespace) -> dict[str, Any]:
+    """Loss and accuracy per unrolled step on fixed validation windows (the same draws every call)."""
+    gen = torch.Generator().manual_seed(args.seed + 1_000_003)
+    starts = _doc_starts(target, tokens, args)
+    hits = torch.zeros(args.ttt_steps)
+    counted = torch.zeros(args.ttt_steps)
+    loss = 0.0
+    device = next(head.parameters()).device
+    for _ in range(args.val_batches):
+        ids = td.sample_windows(tokens, args.batch_size, args.seq_len, gen, starts).to(device)
+        feats, logits = target_pass(target, ids, layer_ids)
+        for k, s in enumerate(ttt_scores(head, feats, ids, logits, args.ttt_steps)):
+            hits[k] += float(s.hits)
+            counted[k] += float(s.counted)
+            loss += float(s.loss) * args.step_decay**k / args.val_batches
+    return {"loss": loss, "acc": [round(float(a), 4) for a in hits / counted.clamp(min=1)]}
+
+
+def _resume(out: Path, head: Eagle3Head, opt: torch.optim.Optimizer, gen: torch.Generator,
+            arg_dict: dict[str, Any], device: torch.device) -> tuple[int, float]:
+    """Load ``<out>/checkpoint`` if there is one; return (step, training seconds so far)."""
+    ckpt = ts.checkpoint_dir(out)
+    if ckpt is None:
+        return 0, 0.0
+    state = ts.load_checkpoint(ckpt)
+    ts.check_resume_args(state["args"], arg_dict)
+    head.load_state_dict(state["head"])
+    opt.load_state_dict(state["optimizer"])
+    ts.set_rng_state(state["rng"], gen, device)
+    ts.truncate_log(out / "train_log.jsonl", int(state["step"]))
+    print(f"resuming from {ckpt} at step {int(state['step'])}", file=sys.stderr, flush=True)
+    return int(state["step"]), float(state["elapsed"])
+
+
+def _start_log(path: Path, start: int, args: argparse.Namespace) -> None:
+    """A fresh run starts a new log; either way the arguments are logged (tokens seen, tables read them)."""
+    if not start and path.exists():
+        path.unlink()
+    with open(path, "a", encoding="utf-8") as log:
+        log.write(json.dumps({"step": start, "event": "resume" if start else "start", "args": vars(args)}) + "\n")
+
+
+def _schedule(args: argparse.Namespace):
+    """Step (and, with --time-schedule, training seconds) -> learning rate."""
+    warmup = args.warmup_steps if args.warmup_steps is not None else max(1, args.steps // 20)
+    mult = lr_lambda(warmup, args.steps, args.min_lr_ratio)
+
+    def lr(step: int, elapsed: float) -> float:
+        progress = step - 1
+        if args.time_schedule and args.max_seconds:
+            progress = max(progress, int(elapsed / args.max_seconds * args.steps))
+        return args.lr * mult(progress)
+    return lr
+
+
+class _Stopped(Exception):
+    """``--stop-after`` reached: the checkpoint is written, the head is not."""
+
+    def __init__(self, history: list[dict[str, Any]]) -> None:
+        super().__init__("stopped")
+        self.history = history
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    for name in ("steps", "batch_size", "ttt_steps"):
+        if getattr(args, name) < 1:
+            raise ts.TrainSetupError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.seq_len <= args.ttt_steps:
+        raise ts.TrainSetupError(f"--seq-len {args.seq_len} leaves no position for step {args.ttt_steps} of the "
+                                 f"unroll: give --seq-len > --ttt-steps")
+    if args.init_from and args.draft_vocab_size:
+        raise ts.TrainSetupError("--draft-vocab-size cannot change the vocabulary of an --init-from head; drop it")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
+    _check_args(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     device = torch.device(args.device)
     target = ts.load_target(args.target, ts.resolve_dtype(args.target_dtype, device), device)
-    tokens = td.load_token_ids(args.data, ts.load_tokenizer(args.target), cache_dir=args.out)
+    tokenizer = ts.load_tokenizer(args.target)
+    tokens = td.load_token_ids(args.data, tokenizer, cache_dir=args.out)
+    val = td.load_token_ids(args.val_data, tokenizer, cache_dir=args.out) if args.val_data else None
+    head = _new_head(args, target, tokens).to(device)
     tcfg = getattr(target.config, "text_config", None) or target.config
-    vocab = int(tcfg.vocab_size)
-    d2t, t2d = vocab_maps(tokens, vocab, args.draft_vocab_size)
-    cfg = head_config_for(target.config, int(d2t.numel()), ts.parse_layer_ids(args.target_layer_ids),
-                          args.intermediate_size)
-    layer_ids = cfg.layer_ids(int(tcfg.num_hidden_layers))
-    head = Eagle3Head(cfg).to(device)
-    with torch.no_grad():
-        head.d2t.copy_(d2t)
-        head.t2d.copy_(t2d)
-    head.attach_target_embeddings(target.get_input_embeddings())
+    layer_ids = head.config.layer_ids(int(tcfg.num_hidden_layers))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        history = _train(args, out, head, target, layer_ids, tokens, val)
+    except _Stopped as stop:
+        return {"history": stop.history, "stopped_at": args.stop_after, "layer_ids": layer_ids}
+    save_eagle3(head, out / "head", layout=args.layout)  # before validating: a run killed there keeps its head
+    result: dict[str, Any] = {"history": history, "head_dir": str(out / "head"), "layer_ids": layer_ids}
+    if val is not None:
+        result["val"] = evaluate(head, target, layer_ids, val, args)
+        with open(out / "train_log.jsonl", "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"step": history[-1]["step"] if history else 0, "event": "final",
+                                 "val": result["val"]}) + "\n")
+        print(f"validation: loss {result['val']['loss']:.4f} acc {result['val']['acc']}", file=sys.stderr)
+    return result
+
+
+def _train(args: argparse.Namespace, out: Path, head: Eagle3Head, target: torch.nn.Module, layer_ids: list[int],
+           tokens: np.ndarray, val: np.ndarray | None) -> list[dict[str, Any]]:
+    """The step loop; returns this run's per-step log rows (also appended to train_log.jsonl)."""
+    device = next(head.parameters()).device
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
     gen = torch.Generator().manual_seed(args.seed)
+    arg_dict = {k: v for k, v in vars(args).items() if k not in _FREE}
+    log_path = out / "train_log.jsonl"
+    start, elapsed = _resume(out, head, opt, gen, arg_dict, device)
+    _start_log(log_path, start, args)
+    lr_at = _schedule(args)
+    starts = _doc_starts(target, tokens, args)
     weights = [args.step_decay**k for k in range(args.ttt_steps)]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     history: list[dict[str, Any]] = []
-    with open(out / "train_log.jsonl", "w", encoding="utf-8") as log:
-        for step in range(1, args.steps + 1):
-            ids = td.sample_windows(tokens, args.batch_size, args.seq_len, gen).to(device)
-            with torch.no_grad():
-                o = target(input_ids=ids, output_hidden_states=True, use_cache=False)
-                feats = torch.cat([o.hidden_states[i + 1] for i in layer_ids], dim=-1).float()
-                logits = o.logits.float()
-            losses, accs = ttt_losses(head, feats, ids, logits, args.ttt_steps)
+
+    def save(step: int) -> None:
+        ts.save_checkpoint(out, {"head": head.state_dict(), "optimizer": opt.state_dict(), "step": step,
+                                 "elapsed": elapsed, "rng": ts.rng_state(gen, device), "args": arg_dict}, head.config)
+
+    with open(log_path, "a", encoding="utf-8") as log:
+        for step in range(start + 1, args.steps + 1):
+            if args.max_seconds and elapsed > args.max_seconds:
+                print(f"--max-seconds {args.max_seconds:g} reached: finishing at step {step - 1}", file=sys.stderr)
+                save(step - 1)
+                break
+            t0 = time.perf_counter()
+            ids = td.sample_windows(tokens, args.batch_size, args.seq_len, gen, starts).to(device)
+            feats, logits = target_pass(target, ids, layer_ids)
+            with _autocast(device, args.precision):
+                losses, accs = ttt_losses(head, feats, ids, logits, args.ttt_steps)
             loss = sum(w * l for w, l in zip(weights, losses))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, args.grad_clip)
+            lr = lr_at(step, elapsed)
+            for g in opt.param_groups:
+                g["lr"] = lr
             opt.step()
-            row = {"step": step, "loss": loss.item(), "step_losses": [l.item() for l in losses], "acc": accs}
-            history.append(row)
-            log.write(json.dumps(row) + "\n")
-            if args.log_every and (step % args.log_every == 0 or step == 1):
-                print(f"step {step}: loss {row['loss']:.4f} acc0 {accs[0]:.3f}", file=sys.stderr)
+            elapsed += time.perf_counter() - t0
+            row = {"step": step, "loss": loss.item(), "step_losses": [round(x.item(), 5) for x in losses],
+                   "acc": [round(a, 4) for a in accs], "lr": lr, "elapsed_s": round(elapsed, 2),
+                   "tokens_seen": step * args.batch_size * args.seq_len}
             if not math.isfinite(row["loss"]):
                 raise ts.TrainSetupError(f"loss became {row['loss']} at step {step}")
-    save_eagle3(head.cpu(), out / "head", layout=args.layout)
-    return {"history": history, "head_dir": str(out / "head"), "layer_ids": layer_ids}
+            if val is not None and args.val_every and step % args.val_every == 0:
+                row["val"] = evaluate(head, target, layer_ids, val, args)
+            history.append(row)
+            log.write(json.dumps(row) + "\n")
+            log.flush()
+            if args.log_every and (step % args.log_every == 0 or step == start + 1):
+                print(f"step {step}: loss {row['loss']:.4f} acc0 {accs[0]:.3f} lr {lr:.2e} {elapsed:.0f}s"
+                      + (f" val {row['val']['acc']}" if "val" in row else ""), file=sys.stderr, flush=True)
+            if (args.save_every and step % args.save_every == 0) or step == args.stop_after:
+                save(step)
+            if step == args.stop_after:
+                raise _Stopped(history)
+    return history
 
 
 def cli(argv: list[str] | None = None) -> int:

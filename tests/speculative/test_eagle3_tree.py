@@ -1,0 +1,89 @@
+"""Choosing EAGLE-3's tree shape: which settings are refused, which shapes are measured, which one wins."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from bastion.speculative.eagle3_tree import (
+    DEFAULT_SHAPES,
+    TreeMeasurement,
+    candidate_trees,
+    check_tree,
+    choose_tree,
+    every_round_kept,
+)
+from bastion.speculative.methods import Eagle3Policy
+
+
+@pytest.mark.parametrize("setting, vocab, words", [
+    ((-1, 2, 6), None, "--eagle3-depth -1 is not a valid EAGLE-3 tree setting: give an integer >= 0"),
+    ((2, 0, 6), None, "--eagle3-topk 0 is not a valid"),
+    ((2, 2, -3), None, "--eagle3-total-tokens -3 is not a valid"),
+    ((2, 5000, 60), 4096, "--eagle3-topk 5000 exceeds the head's draft vocabulary (4096): give at most 4096"),
+    ((2, 2, 3), None, "--eagle3-total-tokens 3 is too few for --eagle3-depth 2"),
+    ((7, 10, 8), 32000, "depth + 2 = 9 nodes; give at least 9 or a depth of at most 6"),
+])
+def test_unbuildable_settings_are_refused_naming_the_value(setting, vocab, words):
+    with pytest.raises(ValueError) as err:
+        check_tree(*setting, draft_vocab=vocab)
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("setting", [(0, 1, 2), (2, 2, 4), (7, 10, 60), (1, 4096, 3)])
+def test_buildable_settings_pass(setting):
+    check_tree(*setting, draft_vocab=4096)
+
+
+def test_the_deepest_round_needs_depth_plus_two_nodes():
+    assert not every_round_kept(Eagle3Policy(2, 2, 3))  # 2 kept nodes reach level 2; the third pass proposes level 3
+    assert every_round_kept(Eagle3Policy(2, 2, 4))
+    assert every_round_kept(Eagle3Policy(0, 3, 2))
+
+
+def test_candidates_are_buildable_distinct_and_keep_every_round():
+    full = candidate_trees(4096)
+    assert [(p.depth, p.top_k, p.total_tokens) for p in full] == list(DEFAULT_SHAPES)
+    assert all(p.total_tokens >= p.depth + 2 for p in full)
+    small = candidate_trees(4)  # top-k above the vocabulary cannot be built
+    assert all(p.top_k <= 4 for p in small) and Eagle3Policy(3, 4, 12) in small
+    # 1/1/3 and 1/1/9 draft the same 3-node chain (1 + 1 proposals): measured once; 2/2/3 is never measured
+    shapes = candidate_trees(4096, [(1, 1, 3), (1, 1, 9), (2, 2, 3), (2, 2, 6)])
+    assert shapes == [Eagle3Policy(1, 1, 3), Eagle3Policy(2, 2, 6)]
+
+
+def _m(shape, tau, ms):
+    return TreeMeasurement(Eagle3Policy(*shape), tau, ms / 1e3)
+
+
+def test_the_fastest_shape_wins_and_the_order_of_measurements_does_not_matter():
+    ms = [_m((1, 1, 3), 1.9, 10.0), _m((3, 2, 8), 2.9, 13.0), _m((7, 10, 60), 4.0, 20.0), _m((4, 4, 16), 3.1, 14.5)]
+    rates = {m.policy: m.tokens_per_second for m in ms}
+    assert max(rates.values()) == rates[Eagle3Policy(3, 2, 8)]  # 223 tok/s
+    for perm in itertools.permutations(ms):
+        assert choose_tree(list(perm)).policy == Eagle3Policy(3, 2, 8)
+
+
+def test_ties_go_to_the_smaller_tree():
+    ms = [_m((4, 4, 16), 3.0, 15.0), _m((3, 2, 8), 2.0, 10.0), _m((3, 4, 12), 2.4, 12.0)]  # all 200 tok/s
+    assert choose_tree(ms).policy == Eagle3Policy(3, 2, 8)
+
+
+def test_a_shape_whose_last_round_is_never_kept_is_never_chosen():
+    fast_but_wasteful = _m((2, 2, 3), 1.9, 5.0)  # 380 tok/s, yet its third pass commits nothing
+    assert choose_tree([fast_but_wasteful, _m((1, 1, 3), 1.9, 8.0)]).policy == Eagle3Policy(1, 1, 3)
+    with pytest.raises(ValueError, match=r"no measured EAGLE-3 tree keeps every round \(measured: 2/2/3\)"):
+        choose_tree([fast_but_wasteful])
+
+
+@pytest.mark.parametrize("tau, seconds, words", [(0.5, 0.01, "tau 0.5 of tree 2/2/6"),
+                                                 (2.0, 0.0, "step time 0.0 s of tree 2/2/6")])
+def test_impossible_measurements_are_refused(tau, seconds, words):
+    with pytest.raises(ValueError, match=words):
+        TreeMeasurement(Eagle3Policy(2, 2, 6), tau, seconds)
+
+
+def test_measurements_round_trip_through_json_dicts():
+    m = _m((5, 6, 24), 3.25, 17.5)
+    assert TreeMeasurement.from_dict(m.to_dict()) == m
