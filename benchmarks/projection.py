@@ -13,9 +13,8 @@ projected from the paper's speedup ratio over DFlash on the same dataset (A100).
 published DFlash throughput (B200, concurrency 1) stands beside it for scale.
 
 EAGLE-3's step is this project's measurement at the same shape on the H200 with the
-reference tree (depth 7, top-k 10, 60 nodes, context 512; docs/performance.md, session 5,
-run Q, ``python -m benchmarks.eagle3_cost``, or ``--eagle3-measured`` for a newer JSON of
-it): the head's draft, the 60-node verification on the compiled engine and the commit.
+reference tree (depth 7, top-k 10, 60 nodes, context 512; docs/performance.md, "EAGLE-3",
+``python -m benchmarks.eagle3_cost``, or ``--eagle3-measured`` for a newer JSON of it): the head's draft, the 60-node verification on the compiled engine and the commit.
 Its τ is the one the same DFlash README table publishes for EAGLE-3 on Qwen3-8B at T = 0
 per dataset (the RedHatAI speculator, with its own draft length, not the 60-node tree: a
 tree accepts at least as much, so this τ is a floor for the tree's).  The paper's own
@@ -33,9 +32,9 @@ from pathlib import Path
 
 REFERENCE = Path(__file__).resolve().parent / "reference"
 # EAGLE-3 at the Qwen3-8B shape, H200, bf16, reference tree 7/10/60, context 512, ms (docs/performance.md,
-# session 5, run Q): the draft ran eagerly (before the captured draft existed), verification on the compiled engine
-EAGLE3_RUN_Q = {"draft": 13.41, "verify": 6.47, "commit": 0.03}
-EAGLE3_RUN_Q_SOURCE = "docs/performance.md, session 5, run Q (draft eager, verify compiled)"
+# "EAGLE-3": tools/gpu/qwen3_8b_eagle3_cost.sh at 2df87c0): the draft ran eagerly, verification on the compiled engine
+EAGLE3_H200 = {"draft": 13.41, "verify": 6.47, "commit": 0.03}
+EAGLE3_H200_SOURCE = "docs/performance.md, EAGLE-3 at the Qwen3-8B shape, 2df87c0 (draft eager, verify compiled)"
 
 
 def _csv(name: str) -> list[dict[str, str]]:
@@ -66,14 +65,14 @@ def eagle3_step_cost(measured: str | None) -> tuple[dict[str, float], str]:
         draft = [r["draft_ms"] for r in data["draft"] if r["context"] == ctx][0]
         verify = [r for r in data["verify"] if r["context"] == ctx and r["engine"] == "compiled"][0]
         return {"draft": draft, "verify": verify["verify_ms"], "commit": verify["commit_ms"]}, measured
-    return dict(EAGLE3_RUN_Q), EAGLE3_RUN_Q_SOURCE
+    return dict(EAGLE3_H200), EAGLE3_H200_SOURCE
 
 
 AVERAGED = ("ar", "dflash_tau", "dflash", "bastion_over_dflash", "bastion", "eagle3_tau", "eagle3", "eagle3_speedup",
             "eagle3_paper")
 
 
-def project(ar_ms: float, dflash_step_ms: float, eagle3_step_ms: float = sum(EAGLE3_RUN_Q.values())
+def project(ar_ms: float, dflash_step_ms: float, eagle3_step_ms: float = sum(EAGLE3_H200.values())
             ) -> list[dict[str, object]]:
     paper = {r["dataset"]: r for r in _csv("paper_main_results.csv")}
     rows = []
@@ -96,9 +95,9 @@ DRAFT_TARGET_MS = 2.5  # issue 37's target for the 7/10/60 draft at this shape
 
 
 def to_markdown(rows: list[dict[str, object]], ar_ms: float, dflash_step_ms: float, source: str,
-                eagle3_parts: dict[str, float] | None = None, eagle3_source: str = EAGLE3_RUN_Q_SOURCE) -> str:
+                eagle3_parts: dict[str, float] | None = None, eagle3_source: str = EAGLE3_H200_SOURCE) -> str:
     sg = _csv("sglang_dflash.csv")[0]
-    parts = dict(EAGLE3_RUN_Q) if eagle3_parts is None else eagle3_parts
+    parts = dict(EAGLE3_H200) if eagle3_parts is None else eagle3_parts
     eagle3_step_ms = sum(parts.values())
     avg = rows[-1]
     if_target = float(avg["eagle3_tau"]) * ar_ms / (eagle3_step_ms - parts["draft"] + DRAFT_TARGET_MS)

@@ -23,7 +23,7 @@ def test_projection_from_the_shipped_references(tmp_path):
 
 def test_eagle3_row_from_measured_step_costs_and_published_tau(tmp_path):
     parts, source = projection.eagle3_step_cost(None)
-    assert parts == {"draft": 13.41, "verify": 6.47, "commit": 0.03} and "run Q" in source
+    assert parts == {"draft": 13.41, "verify": 6.47, "commit": 0.03} and "2df87c0" in source
     step = sum(parts.values())
     rows = projection.project(5.321, 8.159, step)
     gsm8k = next(r for r in rows if r["dataset"] == "gsm8k")

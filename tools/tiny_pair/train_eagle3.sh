@@ -6,7 +6,7 @@
 #
 #     bash tools/tiny_pair/train_eagle3.sh [WORK_DIR]          # default /tmp/tiny_eagle3
 #
-# The CPU cannot afford the drafter's budget (tools/gpu/train_tiny_eagle3.sh is the GPU
+# The CPU cannot afford the drafter's budget (tools/tiny_pair/retrain_eagle3.sh is the GPU
 # recipe, with the drafter's data and steps); this is the same pipeline cut to fit:
 #   1. the training- and validation-split function headers (tools/tiny_pair/corpus.py,
 #      train_prompts.py; held-out modules are never read);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Train the tiny pair's EAGLE-3 head with the DFlash drafter's data and budget, on one GPU,
 # and choose it on decoded τ of the validation headers (issue 37, item 1).
-#   1. the target's continuations, made exactly as tools/gpu/retrain_tiny_drafter.sh makes
+#   1. the target's continuations, made exactly as tools/tiny_pair/retrain_drafter.sh makes
 #      the drafter's (same generators, flags and seeds): every TRAINING-split header greedy and
 #      $SAMPLED_COPIES times (default 1) sampled at T = 1, $WINDOWS (default 16,384) random
 #      training windows, and with $PKG_PROMPTS the training packages' headers
@@ -20,13 +20,13 @@
 #      (tools/tiny_pair/pick_eagle3.py); its table is $OUT/pick.md.  The winner, if it beats
 #      the shipped head, comes back as $OUT/eagle3_<name>.tgz in bf16 (under 10 MB).
 # Budget: the shipped drafter had about 30k GPU steps over about 0.6B token positions, in
-# rounds of one device call each (docs/tiny-pair.md, steps 6-11).  One call here trains
+# rounds of one device call each (docs/tiny-pair.md, steps 6-7).  One call here trains
 # about $TRAIN_SECONDS of steps per candidate; later rounds fine-tune the previous winner
 # (`--init-from $E0` after shipping it) on new continuations (a new $DATA_SEED), until the
 # token positions in $OUT/pick.md add up to the drafter's.
 # Run from the repository root with the CPU-built build/ (train_prompts.jsonl,
 # valid_prompts.jsonl, train.txt.gz; docs/tiny-pair.md, steps 1-2):
-#   OUT=out bash tools/gpu/train_tiny_eagle3.sh
+#   OUT=out bash tools/tiny_pair/retrain_eagle3.sh
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=4
 OUT=${OUT:-$PWD/gpu_out}; W=${WORK:-/tmp/tiny_e3}; C=${BUILD:-build}; L=$W/logs
