@@ -2,11 +2,14 @@
 # The tiny experiment end to end on one GPU: `snakemake figures/speedup_table.pdf --cores 8
 # --resources gpu=1` in a clean copy of the checkout, cold (the machine's compile caches
 # deleted first), timed; every GPU job's benchmark seconds, the decoding seconds inside the
-# decode job (prefill + decode seconds of its records), BASTION's tree sizes and the speedup
+# decode jobs (prefill + decode seconds of their records), every budget rule's tree sizes and
+# drafted steps per temperature, and the speedup
 # table go to $OUT/summary.md.  RUNS picks the parts, in this order (default "worker rerun"):
 #   worker    the default `job_worker: auto` (a warm worker per GPU outside SLURM);
 #   rerun     `decode_model` forced again in that copy, the worker still warm;
-#   noworker  a second clean copy, cold, with `--config job_worker=false` (one process a job).
+#   noworker  a second clean copy, cold, with `--config job_worker=false` (one process a job);
+#   ablation  figures/budget_ablation.pdf in the worker run's copy at T = 0, with the fixed
+#             budgets $BUDGETS (default GPU-sized: [16, 32, 64, 96, 128]).
 # Run from the repository root on the GPU machine, with Snakemake's wheels in .whl
 # (`bash tools/gpu/wheels.sh` here, then carry .whl):
 #     OUT=out RUNS=worker bash tools/gpu/tiny_experiment_e2e.sh
@@ -21,22 +24,27 @@ cat "$OUT/env.txt"
 SRC=$PWD
 SUMMARY=$OUT/summary.md
 jobs_summary() {  # benchmark seconds of the GPU jobs, the decode seconds the records hold, tree sizes, the table
-  for f in logs/benchmarks/calibrate_model/*/tiny.tsv logs/benchmarks/decode_model/*/tiny/t0.tsv; do
-    [ -f "$f" ] && echo "- $(basename "$(dirname "$(dirname "$f")")")/$(basename "$f"): $(tail -n1 "$f" | cut -f1) s"
+  for f in logs/benchmarks/calibrate_model/*/tiny.tsv logs/benchmarks/decode_model*/*/tiny/t*.tsv; do
+    [ -f "$f" ] && echo "- $f: $(tail -n1 "$f" | cut -f1) s"
   done
   python3 - <<'EOF'
-import collections, glob, json
-total, sizes = 0.0, collections.Counter()
-for path in glob.glob("results/*/tiny/*/t0/*.jsonl"):
+import collections, glob, json, re
+total, sizes, drafted = 0.0, collections.defaultdict(collections.Counter), collections.defaultdict(list)
+for path in glob.glob("results/*/tiny/*/t*/*.jsonl"):
+    temp = re.search(r"/t([0-9.]+)/", path).group(1)
     for line in open(path):
         r = json.loads(line)
         total += float(r["decode_seconds"]) + float(r["prefill_seconds"])
-        if r["method"] == "bastion":
-            sizes.update(r["tree_sizes"])
-print(f"- decoding inside decode_model (prefill + decode seconds of every record): {total:.1f} s")
-print(f"- BASTION's tree sizes (nodes: steps): {dict(sorted(sizes.items()))}")
+        if r["method"].startswith("bastion") and not r.get("budget"):
+            sizes[(temp, r["method"])].update(r["tree_sizes"])
+            drafted[(temp, r["method"])] += r.get("drafted", [])
+print(f"- decoding inside the decode jobs (prefill + decode seconds of every record): {total:.1f} s")
+for (temp, method), seen in sorted(sizes.items()):
+    steps = drafted[(temp, method)]
+    print(f"- T={temp} {method}: {len(seen)} distinct tree sizes, drafted {sum(steps)} of {len(steps)} steps; "
+          f"nodes: steps {dict(sorted(seen.items()))}")
 EOF
-  grep -h "job-worker\] ran" logs/calibrate_model/*/*.log logs/decode_model/*/*/*.log 2>/dev/null | sed 's/^/- /'
+  grep -h "job-worker\] ran" logs/calibrate_model/*/*.log logs/decode_model*/*/*/*.log 2>/dev/null | sed 's/^/- /'
   echo; cat figures/speedup_table.md 2>/dev/null; echo
 }
 run() {  # name, extra snakemake args...
@@ -60,4 +68,17 @@ timeout 120 python3 -m snakemake figures/speedup_table.pdf --cores 8 --resources
 tar czf "$OUT/logs_rerun.tgz" logs figures/*.md 2>/dev/null
 cd "$SRC"; }
 [[ " $RUNS " == *" noworker "* ]] && run noworker --config job_worker=false
+[[ " $RUNS " == *" ablation "* ]] && {  # the budget ablation in the worker run's copy: GPU-sized budgets, T = 0
+cd /tmp/e2e_worker; t=$SECONDS
+printf 'experiments:\n  tiny:\n    temperatures: [0.0]\n    budget_ablation: %s\n' "${BUDGETS:-[16, 32, 64, 96, 128]}" > ablation.yaml
+timeout ${ABLATION_LIMIT:-240} python3 -m snakemake figures/budget_ablation.pdf --cores 8 --resources gpu=1 \
+  --configfile config.yaml ablation.yaml > "$OUT/e2e_ablation.log" 2>&1
+{ echo "## budget ablation ${BUDGETS:-[16, 32, 64, 96, 128]}: rc=$? $((SECONDS - t)) s"
+  python3 - results/*/aggregate/tiny/ablation/cells.csv <<'EOF'
+import csv, sys
+for r in csv.DictReader(open(sys.argv[1])):
+    print(f"- {r['dataset']} {r['method']}: {float(r['speedup']):.3f}x, tau {float(r['tau']):.2f}, mean tree {float(r['mean_tree_size']):.1f}")
+EOF
+  cat results/*/aggregate/tiny/ablation/same_size.csv; } | tee -a "$SUMMARY"
+cd "$SRC"; }
 ls /tmp/bastion-worker-*/ 2>/dev/null
