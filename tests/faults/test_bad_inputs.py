@@ -155,7 +155,7 @@ CASES: dict[str, Case] = {
     "--topk 129": lambda t, s: ([*BASE, "--topk", "129"], ["--topk must be in 1..128, got 129"]),
     "--eagle3-depth -1": lambda t, s: ([*BASE, "--eagle3-depth", "-1"], ["--eagle3-depth -1"]),
     "--eagle3-topk above the head's draft vocabulary": lambda t, s: (
-        [*BASE, "--methods", "eagle3", "--eagle3-topk", "5000"], ["--eagle3-topk 5000", "draft vocabulary (1024)"]),
+        [*BASE, "--methods", "eagle3", "--eagle3-topk", "5000"], ["--eagle3-topk 5000", "draft vocabulary (4096)"]),
     "--shard 3/2": lambda t, s: ([*BASE, "--shard", "3/2"], ["--shard", "'3/2'"]),
     "--block-size 1": lambda t, s: ([*BASE, "--methods", "dflash", "--block-size", "1"], ["--block-size 1"]),
     "--block-size above the drafter's": lambda t, s: (

@@ -64,16 +64,31 @@ def test_documents_must_start_with_their_prompts():
 
 
 def test_both_drafters_are_scored_at_the_same_roots(target):
+    import copy
+
+    from transformers import AutoTokenizer
+
     from dflash import DFlashDraftModel
 
-    prompt = torch.arange(40, 70)[None]
+    tok = AutoTokenizer.from_pretrained(registry.tiny_dir("target"))
+    text = "def read_lines(path: str) -> list[str]:\n    \"\"\"Return the lines of a text file.\"\"\"\n"
+    prompt = torch.tensor([tok(text, add_special_tokens=False)["input_ids"]])
+    p_len = prompt.shape[1]
     doc = target.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=30, min_new_tokens=30,
                           do_sample=False)[0].numpy()
     drafter = DFlashDraftModel.from_pretrained(registry.tiny_dir("drafter"), dtype=torch.float32)
     head = load_eagle3(str(registry.tiny_dir("eagle3")), target.config)
     head.attach_target_embeddings(target.get_input_embeddings())
-    res = teacher_accuracy.score(target, drafter, {"head": head}, [(doc, 30)], 7)
-    roots = 60 - 16 - 30 + 1  # roots 30..44: a whole 16-token block after each
-    assert res["dflash"]["roots"] == res["head"]["roots"] == roots
+    untrained = copy.deepcopy(head)
+    torch.manual_seed(0)
+    for p in untrained.parameters():
+        if p.is_floating_point() and p.requires_grad:
+            p.data.normal_(0.0, 0.02)
+    res = teacher_accuracy.score(target, drafter, {"head": head, "untrained": untrained}, [(doc, p_len)], 7)
+    roots = p_len + 30 - 16 - p_len + 1  # roots p_len .. p_len + 14: a whole 16-token block after each
+    assert res["dflash"]["roots"] == res["head"]["roots"] == res["untrained"]["roots"] == roots
     assert all(len(r["acc"]) == 7 and all(0 <= a <= 1 for a in r["acc"]) for r in res.values())
-    assert res["dflash"]["acc"][0] > res["head"]["acc"][0]  # the shipped drafter guesses the next token better
+    # the same roots score what each drafter learned: both trained ones guess the greedy
+    # continuation's next token often, random weights almost never
+    assert res["dflash"]["acc"][0] >= 0.3 and res["head"]["acc"][0] >= 0.3
+    assert res["untrained"]["acc"][0] < 0.2
