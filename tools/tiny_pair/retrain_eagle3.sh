@@ -82,10 +82,12 @@ print("training tokens", sum(len(p) for p in parts), "from", len(parts), "genera
 PY
 stage distill $? $((SECONDS-t)); grep -h distill: $L/distill_*.log
 t=$SECONDS
-train() { name=$1; shift; timeout $((TRAIN_SECONDS+90)) python -m dflash.eagle3.train --target $TT --data $W/d.npy \
+train() { name=$1; shift; timeout $((TRAIN_SECONDS+200)) python -m dflash.eagle3.train --target $TT --data $W/d.npy \
   --val-data $W/dv.npy --out $W/$name --target-layer-ids $TAPS --intermediate-size $MLP --ttt-steps 7 --seq-len 512 \
   --doc-windows --steps 6000 --max-seconds $TRAIN_SECONDS --time-schedule --precision bf16 --save-every 100000 \
   --val-every 0 --val-batches 32 --log-every 500 "$@" > "$L/head_$name.log" 2>&1; }
+# the kill comes 200 s after the training clock: loading the data before it and the final
+# validation and save after it took over 90 s with three candidates sharing the GPU
 # one candidate a line: "name dflash.eagle3.train arguments"; the later of a repeated flag wins
 CANDIDATES=${CANDIDATES:-"h1 --batch-size 32 --lr 1e-3 --warmup-steps 300 --seed 1
 h2 --batch-size 32 --lr 2e-3 --warmup-steps 300 --seed 2
