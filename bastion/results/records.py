@@ -93,6 +93,31 @@ def check_writable(part: Path) -> None:
         ) from None
 
 
+def _parsed(path: Path) -> tuple[list[dict[str, Any]], int, int]:
+    """The records of every complete line, the bytes they take, and the file's size."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    out: list[dict[str, Any]] = []
+    good = 0  # bytes of complete lines
+    for raw in data.splitlines(keepends=True):
+        if not raw.endswith(b"\n"):
+            break  # torn write of the prompt in flight
+        try:
+            out.append(json.loads(raw))
+        except ValueError:
+            raise ResumeMismatchError(
+                f"{path} has an unreadable line after {len(out)} records; delete it (or that line) to resume"
+            ) from None
+        good += len(raw)
+    return out, good, len(data)
+
+
+def check_readable(path: Path) -> None:
+    """Refuse a partial file with an unreadable line now, before any weights load."""
+    if path.exists():
+        _parsed(path)
+
+
 def read_partial(path: Path, key: str) -> list[dict[str, Any]]:
     """Complete records of an interrupted run.
 
@@ -101,27 +126,14 @@ def read_partial(path: Path, key: str) -> list[dict[str, Any]]:
     """
     if not path.exists():
         return []
-    out = []
-    good = 0  # bytes of complete lines
-    with open(path, "rb") as fh:
-        data = fh.read()
-    for raw in data.splitlines(keepends=True):
-        if not raw.endswith(b"\n"):
-            break  # torn write of the prompt in flight
-        try:
-            rec = json.loads(raw)
-        except ValueError:
-            raise ResumeMismatchError(
-                f"{path} has an unreadable line after {len(out)} records; delete it (or that line) to resume"
-            ) from None
+    out, good, size = _parsed(path)
+    for rec in out:
         if rec.get("run_key") != key:
             raise ResumeMismatchError(
                 f"{path} was written by a run with different settings (run_key {rec.get('run_key')} != {key}); "
                 "delete it to start over, or rerun with the original settings to resume", rec
             )
-        out.append(rec)
-        good += len(raw)
-    if good < len(data):
+    if good < size:
         with open(path, "r+b") as fh:
             fh.truncate(good)
     return out

@@ -84,6 +84,7 @@ def _output(run: RunSettings, rank: int, world: int) -> tuple[Path | None, Path 
         raise UsageError(f"--output {out_path}: cannot write {part}, since {blocker} is a file, not a folder; "
                          "pass an --output in a folder")
     records.check_writable(part)
+    records.check_readable(part)
     return out_path, part
 
 

@@ -255,6 +255,9 @@ CASES: dict[str, Case] = {
         [*BASE, "--output", str(Path(jsonl(t, "a file", "blocker")) / "out.jsonl")],
         [f"--output {t / 'blocker' / 'out.jsonl'}: cannot write", f"{t / 'blocker'} is a file"]),
     "--output a folder": lambda t, s: ([*BASE, "--output", str(t)], [f"--output {t} is a folder"]),
+    "--output: its partial records hold an unreadable line": lambda t, s: (
+        [*BASE, "--output", str(Path(jsonl(t, RECORD + "{not json\n", "out.jsonl.partial")).with_suffix(""))],
+        [f"{t / 'out.jsonl.partial'} has an unreadable line after 1 records", "delete it (or that line)"]),
     "--history-from missing": lambda t, s: (
         [*BASE, "--methods", "dflash", "--history-from", str(t / "ar.jsonl")], [str(t / "ar.jsonl"), "do not exist"]),
     "--history-from a folder": lambda t, s: (
