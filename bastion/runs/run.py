@@ -47,6 +47,14 @@ class DecodeRun(RunSettings):
         yield from runner.steps()
         self.records = runner.records
 
+    def choose_eagle3_tree(self, output: str) -> None:
+        """Sweep EAGLE-3's tree shapes for this run's device and head and write the choice to ``output``,
+        which runs of ``eagle3_tree: auto`` then read (``eagle3_tree_file``) instead of sweeping each."""
+        inputs = check_inputs(self)
+        from bastion.runs.runner import Runner
+
+        Runner(self, inputs).choose_tree(output)
+
 
 def run_from_knobs(k: dict[str, Any], models: dict[str, Any], data: str, calibration: str, hardware_key: str,
                    model_name: str, dataset_name: str, output: str, history: str | None = None,
