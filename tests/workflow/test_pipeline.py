@@ -120,6 +120,7 @@ def test_lint_and_paper_plan_without_network(work):
     assert plan["decode"] == 3 * 8 * (5 + 6) and plan["decode_cell_ablation"] == 3 * 8 * 2  # lossy at T = 1 only
     # calibration per (model, temperature class): T = 0 and T > 0
     assert plan["prepare_dataset"] == 8 and plan["fetch_model"] == 3 and plan["calibrate_latency"] == 6
+    assert "choose_eagle3_tree" not in plan  # the paper's explicit reference tree is never swept
 
 
 def test_fingerprint_change_reruns_calibration_and_decoding(work):
@@ -175,9 +176,9 @@ def test_sample_count_change_reruns_decoding_only(work, tmp_path):
 
 def test_eagle3_tree_change_reruns_decoding_only(work, tmp_path):
     overlay = tmp_path / "tree.yaml"
-    overlay.write_text("experiments:\n  tiny:\n    eagle3_depth: 5\n")
+    overlay.write_text("experiments:\n  tiny:\n    eagle3_tree: 4/4/16\n")
     plan = planned(work, "--configfile", "config.yaml", str(overlay), "--", "figures/speedup_table.pdf")
-    assert plan == {"decode_model": 1, "aggregate_results": 1, "make_speedup_table": 1}
+    assert plan == {"decode_model": 1, "aggregate_results": 1, "make_speedup_table": 1}  # no sweep for an explicit tree
 
 
 def test_unknown_experiment_fails_before_any_job(work):
