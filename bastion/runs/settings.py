@@ -42,8 +42,6 @@ from bastion.runs.checks import (
 if TYPE_CHECKING:
     import torch
 
-    from bastion.speculative.methods import Eagle3Policy
-
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 CALIB_GRIDS = ("auto", "paper", "small", "tiny")  # calibration.grid.Grid.named's names (tests tie the two)
 DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
@@ -178,14 +176,6 @@ class RunSettings:
             if getattr(run, name) == "auto":
                 run = replace(run, **{name: rule(run, device)})
         return run
-
-    def eagle3_policy(self) -> Eagle3Policy | None:
-        """The explicit EAGLE-3 tree; None for ``auto``, which needs the loaded models
-        (:func:`bastion.runs.eagle3_choice.resolve_tree`)."""
-        from bastion.speculative.methods import Eagle3Policy
-
-        tree = check_eagle3_tree(self.eagle3_tree)
-        return None if tree is None else Eagle3Policy(*tree)
 
 
 def _dtype(run: RunSettings, device: torch.device) -> str:
