@@ -21,9 +21,6 @@ from typing import Any, Sequence
 from bastion.data import registry as datasets
 from bastion.defaults import (
     DEFAULT_METHODS,
-    EAGLE3_DEPTH,
-    EAGLE3_TOPK,
-    EAGLE3_TOTAL_TOKENS,
     METHODS,
     N_MAX,
     N_MIN,
@@ -99,10 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--eagle3-model", default=None, metavar="PATH_OR_REPO",
                    help="EAGLE-3 head folder or repo id (default: the registered head of --model)")
-    p.add_argument("--eagle3-depth", type=int, default=EAGLE3_DEPTH, help="EAGLE-3: tree expansion rounds")
-    p.add_argument("--eagle3-topk", type=int, default=EAGLE3_TOPK, help="EAGLE-3: nodes expanded per round and children per node")
-    p.add_argument("--eagle3-total-tokens", type=int, default=EAGLE3_TOTAL_TOKENS,
-                   help="EAGLE-3: tree size verified per step, root included")
+    p.add_argument("--eagle3-tree", default="auto", metavar="auto|D/K/T",
+                   help="EAGLE-3's tree: depth/top-k/total tokens verified per step, root included (the reference: "
+                        "7/10/60); auto (default): the fastest of a short sweep on the run's first prompts, chosen "
+                        "once per device and head and cached in --cache-dir (--recalibrate measures it again)")
+    p.add_argument("--eagle3-tree-file", default=None,
+                   help="use this EAGLE-3 tree choice (made by the pipeline) instead of --cache-dir")
     return p
 
 

@@ -35,7 +35,7 @@ from bastion.runs.session import Session
 def decode_cell(runs: Sequence[DecodeRun]) -> Session:
     """Execute ``runs`` in order on one session; returns the session (what was loaded)."""
     methods = [m for run in runs for m in parse_methods(run.methods)]
-    eagle3 = [run.eagle3_policy() for run in runs if "eagle3" in parse_methods(run.methods)]
+    eagle3 = [(run.eagle3_tree, run.eagle3_tree_file) for run in runs if "eagle3" in parse_methods(run.methods)]
     session = Session(methods, eagle3[0] if eagle3 else None)
     for group in _groups(runs):
         for run in group:

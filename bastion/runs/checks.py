@@ -117,9 +117,10 @@ def check_block_size(block_size: int | None, drafter_ref: str | None) -> None:
         raise UsageError(f"--block-size {block_size} must be {'in ' if limit else ''}{bound}")
 
 
-def check_eagle3_head(head_ref: str, target_ref: str, topk: int) -> None:
-    """An EAGLE-3 head folder that fits the target folder and has room for ``--eagle3-topk``,
-    from configs and safetensors headers (the same line loading would give, without the weights)."""
+def check_eagle3_head(head_ref: str, target_ref: str, tree: tuple[int, int, int] | None) -> None:
+    """An EAGLE-3 head folder that fits the target folder and can build an explicit ``tree``
+    (None: ``auto``), from configs and safetensors headers (the same line loading would give,
+    without the weights)."""
     head, target = Path(head_ref), Path(target_ref)
     if not (head.is_dir() and target.is_dir()):
         return  # a repo id: checked when it loads
@@ -130,19 +131,29 @@ def check_eagle3_head(head_ref: str, target_ref: str, topk: int) -> None:
         return  # the folder checks name what is wrong with it
     if problems:
         raise UsageError(f"EAGLE-3 head {head_ref!r} does not fit target {target_ref!r}: {'; '.join(problems)}")
-    if vocab and topk > vocab:
-        raise UsageError(f"EAGLE-3 head {head_ref!r}: --eagle3-topk {topk} exceeds the head's draft vocabulary "
-                         f"({vocab})")
+    if vocab and tree is not None:
+        check_eagle3_tree("/".join(map(str, tree)), vocab, f"EAGLE-3 head {head_ref!r}: --eagle3-tree")
 
 
-def check_eagle3_tree(depth: int, topk: int, total_tokens: int) -> None:
-    """EAGLE-3's tree flags, with the bounds of :class:`~bastion.speculative.methods.Eagle3Policy`
-    (tests/runs/test_checks.py ties the two), checked here without importing torch."""
-    bad = [f"{flag} {v}" for flag, v, low in (("--eagle3-depth", depth, 0), ("--eagle3-topk", topk, 1),
-                                               ("--eagle3-total-tokens", total_tokens, 1)) if v < low]
-    if bad:
-        raise UsageError(f"{', '.join(bad)}: EAGLE-3 needs --eagle3-depth >= 0, --eagle3-topk >= 1 and "
-                         "--eagle3-total-tokens >= 1")
+def check_eagle3_tree(text: str, draft_vocab: int | None = None,
+                      flag: str = "--eagle3-tree") -> tuple[int, int, int] | None:
+    """EAGLE-3's tree setting: None for ``auto`` (chosen per device and head when the models
+    load), else its (depth, top-k, total tokens), refused when it cannot be built or wastes a
+    round (:func:`bastion.speculative.eagle3_tree.check_tree`, with the head's vocabulary when known)."""
+    from bastion.speculative.eagle3_tree import check_tree
+
+    if text == "auto":
+        return None
+    parts = str(text).split("/")
+    if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
+        raise UsageError(f"{flag} {text!r} is not a tree setting: give auto, or depth/top-k/total tokens as three "
+                         "integers, e.g. 7/10/60")
+    depth, top_k, total = (int(p) for p in parts)
+    try:
+        check_tree(depth, top_k, total, draft_vocab)
+    except ValueError as exc:
+        raise UsageError(f"{flag} {text}: {exc}") from None
+    return depth, top_k, total
 
 
 def check_positions(target_ref: str, max_new_tokens: int, block_size: int | None) -> None:

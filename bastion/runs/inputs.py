@@ -16,7 +16,7 @@ from typing import Any, Callable
 from bastion.data import registry as datasets
 from bastion.models import registry as models
 from bastion.results import records
-from bastion.runs.checks import UsageError, check_block_size, check_eagle3_head, check_multi_turn
+from bastion.runs.checks import UsageError, check_block_size, check_eagle3_head, check_eagle3_tree, check_multi_turn
 from bastion.runs.history import History, load_history, prompt_hash
 from bastion.runs.settings import RunSettings
 
@@ -56,7 +56,7 @@ def check_inputs(run: RunSettings) -> Inputs:
         raise UsageError("--eagle3-model is required for eagle3 unless --model is a registered pair")
     check_block_size(run.block_size, drafter_ref)
     if "eagle3" in run.methods:
-        check_eagle3_head(eagle3_ref, target_ref, run.eagle3_topk)
+        check_eagle3_head(eagle3_ref, target_ref, check_eagle3_tree(run.eagle3_tree))
     prompts = datasets.load_prompts(run.dataset, run.max_samples, seed=run.data_seed, cache_dir=run.cache_dir)
     if not prompts:
         raise UsageError(f"dataset {run.dataset!r} has no prompts; pass a dataset with at least one record")

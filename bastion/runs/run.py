@@ -47,14 +47,23 @@ class DecodeRun(RunSettings):
         yield from runner.steps()
         self.records = runner.records
 
+    def choose_eagle3_tree(self, output: str) -> None:
+        """Sweep EAGLE-3's tree shapes for this run's device and head and write the choice to ``output``,
+        which runs of ``eagle3_tree: auto`` then read (``eagle3_tree_file``) instead of sweeping each."""
+        inputs = check_inputs(self)
+        from bastion.runs.runner import Runner
 
-def run_from_knobs(k: dict[str, Any], models: dict[str, Any], data: str, calibration: str, hardware_key: str,
-                   model_name: str, dataset_name: str, output: str, history: str | None = None,
-                   shard: tuple[int, int] = (0, 1), threads: int = 1) -> DecodeRun:
+        Runner(self, inputs).choose_tree(output)
+
+
+def run_from_knobs(k: dict[str, Any], models: dict[str, Any], data: str, calibration: str | None, hardware_key: str,
+                   model_name: str, dataset_name: str, output: str | None, history: str | None = None,
+                   shard: tuple[int, int] = (0, 1), threads: int = 1, eagle3_tree_file: str | None = None) -> DecodeRun:
     """The run of one pipeline decode job (or one method of a cell) from its rule's knobs.
 
     ``threads``: the CPU threads Snakemake gave the job (its rule's ``threads:``, scaled
-    down to ``--cores``), what the job computes with.
+    down to ``--cores``), what the job computes with.  ``eagle3_tree_file``: the pair's
+    ``auto`` EAGLE-3 tree, chosen once by the pipeline's choose_eagle3_tree.
     """
     kernels = k["kernels"]
     return DecodeRun(
@@ -66,5 +75,5 @@ def run_from_knobs(k: dict[str, Any], models: dict[str, Any], data: str, calibra
         dataset_name=dataset_name, shard=shard, eagle3_model=models.get("eagle3"), history_from=history,
         rank_kernels=kernels["rank"], blas=kernels["blas"], drafter_layers=kernels["drafter"],
         row_kernel=kernels["row_kernel"], tile_kernel=kernels["tile_kernel"], threads=threads,
-        **k.get("eagle3_tree", {}),
+        eagle3_tree=k.get("eagle3_tree", "auto"), eagle3_tree_file=eagle3_tree_file,
     )

@@ -25,11 +25,13 @@ from bastion.data.prompts import PromptBuilder
 from bastion.models import registry as models
 from bastion.progress import bar
 from bastion.results import records
+from bastion.runs import eagle3_choice
 from bastion.runs.checks import UsageError, check_positions
 from bastion.runs.inputs import Inputs, dist
 from bastion.runs.session import Session, drafters
 from bastion.runs.settings import RunSettings
 from bastion.runs.turns import decode_prompt
+from bastion.speculative.methods import Eagle3Policy
 from bastion.speculative.policy import TreePolicy
 
 
@@ -42,6 +44,8 @@ class Plan:
     fingerprint: dict[str, Any]
     cal_path: Path
     longest: int  # the longest prompt plus its new tokens: what the buffers and the calibration must reach
+    eagle3_tree: Eagle3Policy | None = None  # the tree the head is bound with (this run's or a later run's)
+    eagle3_source: str | None = None  # "auto" or "explicit" when this run decodes EAGLE-3
 
     @property
     def adaptive(self) -> bool:
@@ -69,6 +73,7 @@ class Runner:
 
     def steps(self) -> Iterator[int]:
         plan = self._plan()
+        self._eagle3_tree(plan)
         loaded, engine = self._load(plan)
         cal = self._calibrate(plan, engine) if plan.adaptive else None
         yield from self._decode(plan, loaded, engine, cal)
@@ -112,6 +117,40 @@ class Runner:
             else:
                 check_writable(run.cache_dir, path)
 
+    # ------------------------------------------------------------------------ EAGLE-3's tree
+
+    def _eagle3_tree(self, plan: Plan) -> None:
+        """The EAGLE-3 tree the head is bound with: explicit, or ``auto``'s choice (rank 0 sweeps, the others
+        read its cache entry), once per session and setting."""
+        run, inputs = plan.run, plan.inputs
+        own = "eagle3" in run.methods
+        if inputs.eagle3_ref is None or not (own or "eagle3" in drafters(self.session.methods)):
+            return
+        tree, tree_file = (run.eagle3_tree, run.eagle3_tree_file) if own else (
+            self.session.eagle3_tree or (run.eagle3_tree, run.eagle3_tree_file))
+
+        def resolve(again: bool) -> tuple[Eagle3Policy, str]:
+            return eagle3_choice.resolve_tree(tree, tree_file, lambda: eagle3_choice.tree_key(run, inputs.eagle3_ref),
+                                              run.cache_dir, again,
+                                              lambda: eagle3_choice.sweep_for(run, inputs, self.session, self.log),
+                                              self.log)
+
+        memo = (inputs.eagle3_ref, tree, tree_file, run.hardware, run.engine, run.dtype)
+        if self.world > 1:
+            if self.rank == 0:
+                self.session.memo_tree(memo, lambda: resolve(run.recalibrate))
+            torch.distributed.barrier()  # the other ranks read rank 0's choice
+        policy, source = self.session.memo_tree(memo, lambda: resolve(run.recalibrate and self.world == 1))
+        plan.eagle3_tree, plan.eagle3_source = policy, source if own else None
+
+    def choose_tree(self, output: str) -> eagle3_choice.TreeChoice:
+        """Sweep for ``auto``'s tree and write the choice to ``output`` (the pipeline's choose_eagle3_tree)."""
+        plan = self._plan()
+        choice = eagle3_choice.sweep_for(plan.run, plan.inputs, self.session, self.log)
+        eagle3_choice.save_choice(output, eagle3_choice.tree_key(plan.run, plan.inputs.eagle3_ref), choice)
+        self.log(f"[eagle3] chose tree {eagle3_choice.describe(choice)}; wrote {output}")
+        return choice
+
     # ------------------------------------------------------------------------ load
 
     def _load(self, plan: Plan):
@@ -119,7 +158,7 @@ class Runner:
         run, inputs, policy = plan.run, plan.inputs, plan.policy
         loaded = self.session.models(run.methods, inputs.target_ref, inputs.drafter_ref, inputs.eagle3_ref,
                                      getattr(torch, run.dtype), torch.device(run.device), run.attn_impl,
-                                     run.block_size, run.eagle3_policy())
+                                     run.block_size, plan.eagle3_tree)
         engine = self.session.engine(run.engine, loaded, n_max=max(policy.n_max, policy.budget or 0),
                                      max_context=max(plan.longest, run.max_new_tokens + 2048), kernels=run.kernels)
         return loaded, engine
@@ -223,6 +262,12 @@ def _shape(target_ref: str) -> ModelShape:
     return ModelShape.from_config(AutoConfig.from_pretrained(target_ref), 1)
 
 
+def _tree(plan: Plan) -> list[int]:
+    """The EAGLE-3 tree this run decodes with, as [depth, top-k, total tokens]."""
+    p = plan.eagle3_tree
+    return [p.depth, p.top_k, p.total_tokens] if p is not None else []
+
+
 def _drafts(run: RunSettings) -> bool:
     """A method of the run drafts with the DFlash drafter."""
     return "dflash" in drafters(run.methods)
@@ -239,7 +284,7 @@ def run_settings(plan: Plan, drafter) -> dict[str, Any]:
         "thinking": run.enable_thinking,
     }
     if "eagle3" in run.methods:  # only then, so the run keys of runs without EAGLE-3 stay as they were
-        settings["eagle3"] = [inputs.eagle3_ref, run.eagle3_depth, run.eagle3_topk, run.eagle3_total_tokens]
+        settings["eagle3"] = [inputs.eagle3_ref, *_tree(plan)]
     if inputs.history is not None:  # the later turns' prompts depend on its answers (not on its path)
         settings["history"] = inputs.history.digest
     # what ran them: a partial file of another engine, dtype, device, stack, code or prompts never resumes
@@ -264,7 +309,8 @@ def record_base(plan: Plan, settings: dict[str, Any], policy: TreePolicy, cal: C
         "data_seed": run.data_seed, "block_size": settings["block_size"], "hardware": run.hardware,
         "fingerprint": plan.fingerprint, "budget": run.budget, "n_min": policy.n_min, "n_max": policy.n_max,
         "eagle3_model": inputs.eagle3_ref if need_eagle3 else None,
-        "eagle3_tree": [run.eagle3_depth, run.eagle3_topk, run.eagle3_total_tokens] if need_eagle3 else None,
+        "eagle3_tree": _tree(plan) if need_eagle3 else None,
+        "eagle3_tree_source": plan.eagle3_source if need_eagle3 else None,
         "calibration": None if cal is None else {"params": cal.cost_model.to_dict()["params"],
                                                  "t_draft": cal.overheads.t_draft, "t_other": cal.overheads.t_other},
     }

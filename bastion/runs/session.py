@@ -53,15 +53,17 @@ class Session:
     """Models, tokenizer and engine loaded by this process, memoised by their settings.
 
     ``methods``: every method the session's runs will decode (optional; it lets the
-    first run load the drafters of the later ones).  ``eagle3_policy``: the EAGLE-3 tree
-    of those runs, for the head that a run without EAGLE-3 loads for a later one.
+    first run load the drafters of the later ones).  ``eagle3_tree``: the EAGLE-3 tree
+    setting of those runs (``--eagle3-tree`` and ``--eagle3-tree-file``), for the head that a
+    run without EAGLE-3 loads for a later one.
     """
 
-    def __init__(self, methods: Sequence[str] = (), eagle3_policy: Eagle3Policy | None = None) -> None:
+    def __init__(self, methods: Sequence[str] = (), eagle3_tree: tuple[str, str | None] | None = None) -> None:
         self.methods = tuple(methods)
-        self.eagle3_policy = eagle3_policy
+        self.eagle3_tree = eagle3_tree
         self.loaded: list[tuple] = []  # the key of everything loaded, in order: each at most once per key
         self._items: dict[tuple, Any] = {}
+        self._trees: dict[tuple, Any] = {}  # EAGLE-3 trees resolved, by setting (nothing loaded)
 
     def _memo(self, key: tuple, make: Callable[[], Any]) -> Any:
         if key not in self._items:
@@ -73,23 +75,39 @@ class Session:
         """The target's tokenizer, without its weights: a run's checks size its contexts with it."""
         return self._memo(("tokenizer", target_ref), lambda: models.load_tokenizer(target_ref))
 
+    def target(self, target_ref: str, dtype: torch.dtype, device: torch.device, attn_impl: str) -> Target:
+        tkey = (target_ref, str(dtype), str(device), attn_impl)
+        return self._memo(("target", *tkey), lambda: models.load_target(target_ref, dtype, device, attn_impl))
+
+    def eagle3_head(self, eagle3_ref: str, target_ref: str, dtype: torch.dtype, device: torch.device, attn_impl: str):
+        """The EAGLE-3 head checked against its target (any tree binds it)."""
+        target = self.target(target_ref, dtype, device, attn_impl)
+        return self._memo(("eagle3_head", eagle3_ref, target_ref, str(dtype), str(device), attn_impl),
+                          lambda: models.load_eagle3_head(eagle3_ref, target, target_ref, dtype, device))
+
+    def memo_tree(self, key: tuple, make: Callable[[], Any]) -> Any:
+        """An EAGLE-3 tree resolved once per setting: a cell's runs share one choice."""
+        if key not in self._trees:
+            self._trees[key] = make()
+        return self._trees[key]
+
     def models(self, methods: Sequence[str], target_ref: str, drafter_ref: str | None, eagle3_ref: str | None,
                dtype: torch.dtype, device: torch.device, attn_impl: str, block_size: int | None,
-               eagle3_policy: Eagle3Policy) -> Loaded:
-        """Target, tokenizer and the drafters of ``methods`` (and of the session's other methods)."""
+               eagle3_policy: Eagle3Policy | None) -> Loaded:
+        """Target, tokenizer and the drafters of ``methods`` (and of the session's other methods);
+        ``eagle3_policy``: the tree of the session's EAGLE-3 runs (resolved by the runner)."""
         own, wanted = drafters(methods), drafters(methods) | drafters(self.methods)
         tkey = (target_ref, str(dtype), str(device), attn_impl)
-        target = self._memo(("target", *tkey), lambda: models.load_target(target_ref, dtype, device, attn_impl))
+        target = self.target(target_ref, dtype, device, attn_impl)
         tokenizer = self.tokenizer(target_ref)
         drafter = eagle3 = None
         if "dflash" in wanted and drafter_ref is not None:
             drafter = self._memo(("drafter", drafter_ref, block_size, *tkey),
                                  lambda: _load_drafter(target, target_ref, drafter_ref, dtype, device, block_size))
-        if "eagle3" in wanted and eagle3_ref is not None:
-            policy = eagle3_policy if "eagle3" in own else self.eagle3_policy or eagle3_policy
-            head = self._memo(("eagle3_head", eagle3_ref, *tkey),
-                              lambda: models.load_eagle3_head(eagle3_ref, target, target_ref, dtype, device))
-            eagle3 = self._memo(("eagle3", eagle3_ref, policy, *tkey), lambda: _bind_eagle3(head, target, eagle3_ref, policy))
+        if "eagle3" in wanted and eagle3_ref is not None and eagle3_policy is not None:
+            head = self.eagle3_head(eagle3_ref, target_ref, dtype, device, attn_impl)
+            eagle3 = self._memo(("eagle3", eagle3_ref, eagle3_policy, *tkey),
+                                lambda: _bind_eagle3(head, target, eagle3_ref, eagle3_policy))
         return Loaded(target, tokenizer, drafter if "dflash" in own else None, eagle3 if "eagle3" in own else None,
                       drafter, eagle3)
 

@@ -4,7 +4,9 @@
 :meth:`RunSettings.validate` needs neither torch nor a model, so the CLI refuses a bad
 flag in a fraction of a second; :meth:`RunSettings.resolve` turns every ``auto`` into its
 value on the device, by the rules of :data:`AUTO_RULES`, and applies the environment's
-overrides of the kernel settings (:class:`~bastion.engines.choice.Kernels`).
+overrides of the kernel settings (:class:`~bastion.engines.choice.Kernels`).  One ``auto``
+resolves later: EAGLE-3's tree (``eagle3_tree``) is measured on the loaded target and
+head, by the runner (:mod:`bastion.runs.eagle3_choice`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from bastion.data.registry import DEFAULT_SEED
-from bastion.defaults import DEFAULT_METHODS, EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS, N_MAX, TOPK, is_adaptive
+from bastion.defaults import DEFAULT_METHODS, N_MAX, TOPK, is_adaptive
 from bastion.engines.choice import (
     BLAS_CHOICES,
     DRAFTER_CHOICES,
@@ -39,8 +41,6 @@ from bastion.runs.checks import (
 
 if TYPE_CHECKING:
     import torch
-
-    from bastion.speculative.methods import Eagle3Policy
 
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 CALIB_GRIDS = ("auto", "paper", "small", "tiny")  # calibration.grid.Grid.named's names (tests tie the two)
@@ -83,9 +83,8 @@ class RunSettings:
     shard: tuple[int, int] = (0, 1)
     quiet: bool = False
     eagle3_model: str | None = None
-    eagle3_depth: int = EAGLE3_DEPTH
-    eagle3_topk: int = EAGLE3_TOPK
-    eagle3_total_tokens: int = EAGLE3_TOTAL_TOKENS
+    eagle3_tree: str = "auto"  # depth/top-k/total tokens, e.g. 7/10/60; auto: chosen for the device and head (runs.eagle3_choice)
+    eagle3_tree_file: str | None = None  # an `auto` choice made beforehand (the pipeline's choose_eagle3_tree)
     history_from: str | None = None  # AR's records: turn-k prompts carry its answers to turns 1..k-1
     accept_calibration_error: bool = False  # keep a calibration that fails the held-out error gate
     keep_partial: bool = False  # keep <output>.partial after the output is written (a cell job resumes from it)
@@ -110,7 +109,10 @@ class RunSettings:
         check_n_min(self.n_min, self.n_max)
         check_topk(self.topk)
         check_block_size(self.block_size, None)
-        check_eagle3_tree(self.eagle3_depth, self.eagle3_topk, self.eagle3_total_tokens)
+        check_eagle3_tree(self.eagle3_tree)
+        if self.eagle3_tree_file is not None and not Path(self.eagle3_tree_file).is_file():
+            raise UsageError(f"--eagle3-tree-file {self.eagle3_tree_file} does not exist; omit it to choose the tree "
+                             "into --cache-dir")
         self._check_names()
         for flag, ref in (("--model", self.model), ("--draft-model", self.draft_model),
                           ("--eagle3-model", self.eagle3_model)):
@@ -175,14 +177,6 @@ class RunSettings:
                 run = replace(run, **{name: rule(run, device)})
         return run
 
-    def eagle3_policy(self) -> Eagle3Policy:
-        from bastion.speculative.methods import Eagle3Policy
-
-        try:
-            return Eagle3Policy(self.eagle3_depth, self.eagle3_topk, self.eagle3_total_tokens)
-        except ValueError as exc:
-            raise UsageError(f"--eagle3-depth/--eagle3-topk/--eagle3-total-tokens: {exc}") from None
-
 
 def _dtype(run: RunSettings, device: torch.device) -> str:
     from bastion.calibration import hardware
@@ -209,6 +203,8 @@ def _hardware(run: RunSettings, device: torch.device) -> str:
 
 # Each ``auto`` knob and the rule that makes it concrete, in order (a rule sees the values
 # resolved before it; the device always comes first).  A new ``auto`` knob adds a line here.
+# ``eagle3_tree``'s ``auto`` cannot: it needs the loaded target and head and a sweep on real
+# prompts, so the runner resolves it after loading (bastion.runs.eagle3_choice.resolve_tree).
 AUTO_RULES: tuple[tuple[str, Callable[[RunSettings, Any], Any]], ...] = (
     ("dtype", _dtype),
     ("engine", lambda run, device: resolve_engine(run.engine, device)),

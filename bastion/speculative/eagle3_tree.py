@@ -44,18 +44,18 @@ def check_tree(depth: int, top_k: int, total_tokens: int, draft_vocab: int | Non
     """Refuse, in one line naming the value, a tree setting that cannot be built or wastes a round.
 
     Call it before any weights load: ``draft_vocab`` can come from the head's config.json
-    alone (:func:`dflash.eagle3.checkpoint.read_draft_vocab`).
+    alone (:func:`dflash.eagle3.checkpoint.read_draft_vocab`).  The message names the
+    numbers of a ``depth/top-k/total`` setting (``--eagle3-tree``, the config's ``eagle3_tree``).
     """
-    for flag, value, low in (("--eagle3-depth", depth, 0), ("--eagle3-topk", top_k, 1),
-                             ("--eagle3-total-tokens", total_tokens, 1)):
+    for name, value, low in (("depth", depth, 0), ("top-k", top_k, 1), ("total tokens", total_tokens, 1)):
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            raise ValueError(f"{flag} {value!r} is not a valid EAGLE-3 tree setting: give an integer >= {low}")
+            raise ValueError(f"{name} {value!r} is not a valid EAGLE-3 tree setting: give an integer >= {low}")
     if draft_vocab is not None and top_k > draft_vocab:
-        raise ValueError(f"--eagle3-topk {top_k} exceeds the head's draft vocabulary ({draft_vocab}): "
+        raise ValueError(f"top-k {top_k} exceeds the head's draft vocabulary ({draft_vocab}): "
                          f"give at most {draft_vocab}")
     need = min_total_tokens(depth)
     if total_tokens < need:
-        raise ValueError(f"--eagle3-total-tokens {total_tokens} is too few for --eagle3-depth {depth}: drafts reach "
+        raise ValueError(f"total tokens {total_tokens} are too few for depth {depth}: drafts reach "
                          f"{depth + 1} below the root, so keeping the deepest round needs depth + 2 = {need} nodes; "
                          f"give at least {need} or a depth of at most {max(total_tokens - 2, 0)}")
 

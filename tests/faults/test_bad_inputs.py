@@ -153,9 +153,11 @@ CASES: dict[str, Case] = {
     "--n-max below --n-min": lambda t, s: ([*BASE, "--n-min", "32", "--n-max", "16"], ["--n-min 32", "--n-max 16"]),
     "--topk 0": lambda t, s: ([*BASE, "--topk", "0"], ["--topk must be in 1..128, got 0"]),
     "--topk 129": lambda t, s: ([*BASE, "--topk", "129"], ["--topk must be in 1..128, got 129"]),
-    "--eagle3-depth -1": lambda t, s: ([*BASE, "--eagle3-depth", "-1"], ["--eagle3-depth -1"]),
-    "--eagle3-topk above the head's draft vocabulary": lambda t, s: (
-        [*BASE, "--methods", "eagle3", "--eagle3-topk", "5000"], ["--eagle3-topk 5000", "draft vocabulary (4096)"]),
+    "--eagle3-tree=-1/2/3": lambda t, s: ([*BASE, "--eagle3-tree=-1/2/3"], ["--eagle3-tree '-1/2/3'"]),
+    "--eagle3-tree 2/2/3 (the deepest round never kept)": lambda t, s: (
+        [*BASE, "--eagle3-tree", "2/2/3"], ["--eagle3-tree 2/2/3", "give at least 4"]),
+    "--eagle3-tree top-k above the head's draft vocabulary": lambda t, s: (
+        [*BASE, "--methods", "eagle3", "--eagle3-tree", "2/5000/60"], ["top-k 5000", "exceeds the head's draft vocabulary ("]),
     "--shard 3/2": lambda t, s: ([*BASE, "--shard", "3/2"], ["--shard", "'3/2'"]),
     "--block-size 1": lambda t, s: ([*BASE, "--methods", "dflash", "--block-size", "1"], ["--block-size 1"]),
     "--block-size above the drafter's": lambda t, s: (
@@ -433,6 +435,10 @@ CONFIG_CASES: dict[str, tuple[list[str] | str, list[str]]] = {
     "config: topk 129": ("experiments:\n  tiny:\n    topk: 129\n", ["['topk']` = 129"]),
     "config: max_new_tokens 0": ("experiments:\n  tiny:\n    max_new_tokens: 0\n", ["['max_new_tokens']` = 0"]),
     "config: block_size 1": ("experiments:\n  tiny:\n    block_size: 1\n", ["['block_size']` = 1"]),
+    "config: eagle3_tree 2/2/3": ("experiments:\n  tiny:\n    eagle3_tree: 2/2/3\n",
+                                  ["`experiments.tiny.eagle3_tree`: 2/2/3", "give at least 4"]),
+    "config: eagle3_tree 7x10x60": ("experiments:\n  tiny:\n    eagle3_tree: 7x10x60\n",
+                                    ["['eagle3_tree']` = '7x10x60'"]),
     "config: unmapped hardware key": (["hardware=h300"], ["`hardware`: 'h300'", "hardware_keys"]),
     "config: hardware key with a slash": (["hardware=a/b"], ["`hardware` = 'a/b'"]),
     "config: device pattern not a regex": ("hardware_keys:\n  h200: {device_pattern: 'H2(00'}\n",

@@ -33,12 +33,28 @@ def _accepts(check, *args) -> bool:
     return True
 
 
-@pytest.mark.parametrize("depth, topk, total", [(7, 10, 60), (0, 1, 1), (-1, 10, 60), (7, 0, 60), (7, 10, 0), (-3, -2, -1)])
-def test_the_cli_eagle3_bounds_are_the_policys(depth, topk, total):
-    """The torch-free flag check refuses exactly what :class:`Eagle3Policy` refuses."""
+@pytest.mark.parametrize("depth, topk, total", [(7, 10, 60), (0, 1, 2), (0, 1, 1), (2, 2, 3), (2, 2, 4), (7, 0, 60),
+                                               (7, 10, 0), (1, 4096, 3)])
+def test_the_cli_eagle3_tree_is_the_tree_rule(depth, topk, total):
+    """The flag check refuses exactly what :func:`check_tree` refuses, and builds what it accepts."""
+    from bastion.speculative.eagle3_tree import check_tree
     from bastion.speculative.methods import Eagle3Policy
 
-    assert _accepts(check_eagle3_tree, depth, topk, total) == _accepts(Eagle3Policy, depth, topk, total)
+    text = f"{depth}/{topk}/{total}"
+    assert _accepts(check_eagle3_tree, text) == _accepts(check_tree, depth, topk, total)
+    if _accepts(check_eagle3_tree, text):
+        assert check_eagle3_tree(text) == (depth, topk, total) and Eagle3Policy(depth, topk, total)
+
+
+@pytest.mark.parametrize("text", ["7/10", "7/10/60/1", "a/b/c", "-1/2/6", "7,10,60", "", "AUTO"])
+def test_a_malformed_eagle3_tree_is_refused_naming_it(text):
+    with pytest.raises(UsageError) as exc:
+        check_eagle3_tree(text)
+    assert f"--eagle3-tree {text!r} is not a tree setting" in str(exc.value) and "e.g. 7/10/60" in str(exc.value)
+
+
+def test_auto_eagle3_tree_waits_for_the_models():
+    assert check_eagle3_tree("auto") is None
 
 
 @pytest.mark.parametrize("topk", [-1, 0, 1, 64, 128, 129])

@@ -54,7 +54,8 @@ def test_help_imports_neither_torch_nor_transformers():
     (["--n-min", "0"], "n_min must be a node count >= 1 or 'auto', not 0"),
     (["--n-min", "64", "--n-max", "16"], "got --n-min 64 and --n-max 16"),
     (["--topk", "0"], "--topk must be in 1..128, got 0"),
-    (["--eagle3-topk", "0"], "--eagle3-topk 0"),
+    (["--eagle3-tree", "2/2/3"], "--eagle3-tree 2/2/3: total tokens 3 are too few for depth 2"),
+    (["--eagle3-tree", "deep"], "--eagle3-tree 'deep' is not a tree setting: give auto, or depth/top-k/total"),
     (["--shard", "3/2"], "--shard must be I/N"),
 ])
 def test_a_bad_flag_is_refused_before_torch_loads(argv, needle):

@@ -43,6 +43,7 @@ def _runs(data, folder, history=False, engine="static"):
     """One run per method, as a cell job makes them: bastion at a fixed budget (no calibration)."""
     return [DecodeRun(model="tiny", dataset=str(data), methods=(m,), max_new_tokens=8, device="cpu", dtype="float32",
                       engine=engine, quiet=True, output=str(folder / f"{m}.jsonl"), budget=16 if m == "bastion" else None,
+                      eagle3_tree="7/10/60",
                       history_from=str(folder / "ar.jsonl") if history and m != "ar" else None)
             for m in METHODS]
 

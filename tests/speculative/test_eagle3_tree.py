@@ -18,11 +18,11 @@ from bastion.speculative.methods import Eagle3Policy
 
 
 @pytest.mark.parametrize("setting, vocab, words", [
-    ((-1, 2, 6), None, "--eagle3-depth -1 is not a valid EAGLE-3 tree setting: give an integer >= 0"),
-    ((2, 0, 6), None, "--eagle3-topk 0 is not a valid"),
-    ((2, 2, -3), None, "--eagle3-total-tokens -3 is not a valid"),
-    ((2, 5000, 60), 4096, "--eagle3-topk 5000 exceeds the head's draft vocabulary (4096): give at most 4096"),
-    ((2, 2, 3), None, "--eagle3-total-tokens 3 is too few for --eagle3-depth 2"),
+    ((-1, 2, 6), None, "depth -1 is not a valid EAGLE-3 tree setting: give an integer >= 0"),
+    ((2, 0, 6), None, "top-k 0 is not a valid"),
+    ((2, 2, -3), None, "total tokens -3 is not a valid"),
+    ((2, 5000, 60), 4096, "top-k 5000 exceeds the head's draft vocabulary (4096): give at most 4096"),
+    ((2, 2, 3), None, "total tokens 3 are too few for depth 2"),
     ((7, 10, 8), 32000, "depth + 2 = 9 nodes; give at least 9 or a depth of at most 6"),
 ])
 def test_unbuildable_settings_are_refused_naming_the_value(setting, vocab, words):

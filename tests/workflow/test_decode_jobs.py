@@ -40,6 +40,31 @@ def test_tiny_plans_one_decode_job_and_one_calibration_job(work, tmp_path):
     assert plan.get("measure_hardware") == 1 and plan.get("calibrate_latency") == 1 and plan.get("profile_constants") == 1
 
 
+def test_tiny_chooses_the_eagle3_tree_once_for_every_job_that_decodes_it(work, tmp_path):
+    """`eagle3_tree: auto`: one choose_eagle3_tree job per (hardware, model), whose file every
+    decode job of the main comparison reads (its AR loads the head for EAGLE-3's run) and
+    the ablation, which decodes no EAGLE-3, does not."""
+    found = dag_jobs(work, "figures/speedup_table.pdf", "figures/budget_ablation.pdf")
+    jobs = {}
+    for j in found:
+        jobs.setdefault(j["rule"], []).append(j)
+    [choose] = jobs["choose_eagle3_tree"]
+    hw = choose["output"][0].split("/")[1]
+    tree = f"results/{hw}/tiny/eagle3_tree.json"
+    assert choose["output"] == [tree] and choose["log"] == [f"logs/choose_eagle3_tree/{hw}/tiny.log"]
+    assert sorted(choose["input"]) == ["results/datasets/humaneval-pkg.jsonl", "results/models/tiny.json"]
+    assert choose["params"]["knobs"]["method"] == "eagle3" and choose["params"]["knobs"]["temperature"] == 0.0
+    decoders = jobs["decode_model"] + jobs.get("decode_model_sampled", [])
+    assert decoders and all(tree in j["input"] for j in decoders)
+    assert all(tree not in j["input"] for j in jobs["decode_model_ablation"])
+    eagle3 = [k for j in decoders for k in j["params"]["knobs"].values() if k["method"] == "eagle3"]
+    assert eagle3 and all(k["eagle3_tree"] == "auto" for k in eagle3)
+    overlay = tmp_path / "explicit.yaml"
+    overlay.write_text("experiments:\n  tiny:\n    eagle3_tree: 7/10/60\n")
+    plan = planned(work, "--configfile", "config.yaml", str(overlay), "--", "figures/speedup_table.pdf")
+    assert "choose_eagle3_tree" not in plan and plan.get("decode_model") == 1
+
+
 def test_the_budget_ablation_is_a_job_of_its_own(work):
     """One more job per (hardware, model, temperature): its own AR, budget rule and fixed
     budgets, prompt by prompt in turn, aggregated and drawn from its files alone."""
@@ -127,8 +152,12 @@ def test_n_min_auto_is_sized_for_the_device_the_plan_decodes_on(work, tmp_path):
 
 def test_eagle3_tree_keys_are_validated(work, tmp_path):
     bad = tmp_path / "bad.yaml"
-    rc, out = dry_run_with(work, bad, "experiments:\n  tiny:\n    eagle3_topk: 0\n")
-    assert rc != 0 and "['tiny']['eagle3_topk']" in out and "0 is less than the minimum of 1" in out
+    rc, out = dry_run_with(work, bad, "experiments:\n  tiny:\n    eagle3_tree: 7x10x60\n")
+    assert rc != 0 and "['tiny']['eagle3_tree']" in out and "'7x10x60' does not match" in out
+    rc, out = dry_run_with(work, bad, "experiments:\n  tiny:\n    eagle3_tree: 2/2/3\n")
+    errors = [ln for ln in out.splitlines() if ln.startswith("error:")]
+    assert rc != 0 and len(errors) == 1, out[-2000:]
+    assert "`experiments.tiny.eagle3_tree`: 2/2/3: total tokens 3 are too few for depth 2" in errors[0]
     rc, out = dry_run_with(work, bad, "experiments:\n  tiny:\n    decode_jobs: process\n")
     assert rc != 0 and "decode_jobs" in out and "'process' is not one of" in out
 

@@ -120,6 +120,7 @@ def test_lint_and_paper_plan_without_network(work):
     assert plan["decode"] == 3 * 8 * (5 + 6) and plan["decode_cell_ablation"] == 3 * 8 * 2  # lossy at T = 1 only
     # calibration per (model, temperature class): T = 0 and T > 0
     assert plan["prepare_dataset"] == 8 and plan["fetch_model"] == 3 and plan["calibrate_latency"] == 6
+    assert "choose_eagle3_tree" not in plan  # the paper's explicit reference tree is never swept
 
 
 def test_fingerprint_change_reruns_calibration_and_decoding(work):
@@ -175,9 +176,9 @@ def test_sample_count_change_reruns_decoding_only(work, tmp_path):
 
 def test_eagle3_tree_change_reruns_decoding_only(work, tmp_path):
     overlay = tmp_path / "tree.yaml"
-    overlay.write_text("experiments:\n  tiny:\n    eagle3_depth: 5\n")
+    overlay.write_text("experiments:\n  tiny:\n    eagle3_tree: 4/4/16\n")
     plan = planned(work, "--configfile", "config.yaml", str(overlay), "--", "figures/speedup_table.pdf")
-    assert plan == {"decode_model": 1, "aggregate_results": 1, "make_speedup_table": 1}
+    assert plan == {"decode_model": 1, "aggregate_results": 1, "make_speedup_table": 1}  # no sweep for an explicit tree
 
 
 def test_unknown_experiment_fails_before_any_job(work):
@@ -276,15 +277,17 @@ def test_hardware_switch_reruns_only_the_new_key_in_one_warm_worker(work):
     assert _cells(work / "results" / "alt-cpu" / "tiny") == before
     logs = work / "logs"
     lines = [re.search(r"\[job-worker\] ran in worker pid (\d+) as its job (\d+)", (logs / rule / "alt-cpu" / log).read_text())
-             for rule, log in (("calibrate_model", "tiny.log"), ("decode_model", "tiny/t0.log"))]
+             for rule, log in (("calibrate_model", "tiny.log"), ("choose_eagle3_tree", "tiny.log"),
+                               ("decode_model", "tiny/t0.log"))]
     assert all(lines), "a job did not run in the worker"
-    (pid_c, job_c), (pid_d, job_d) = (m.groups() for m in lines)
-    assert pid_c == pid_d and (job_c, job_d) == ("1", "2")
+    (pid_c, job_c), (pid_e, job_e), (pid_d, job_d) = (m.groups() for m in lines)
+    # the calibration and the EAGLE-3 tree choice (in either order), then the decode job that reads both
+    assert pid_c == pid_e == pid_d and {job_c, job_e} == {"1", "2"} and job_d == "3"
     # a later invocation finds the same worker (Snakemake's per-invocation source cache is not in its key)
     smk(work, "--cores", "1", *in_worker, "--forcerun", "decode_model", "--", "figures/speedup_table.pdf", extra_env=idle)
     again = re.search(r"\[job-worker\] ran in worker pid (\d+) as its job (\d+)",
                       (logs / "decode_model" / "alt-cpu" / "tiny/t0.log").read_text())
-    assert again and again.groups() == (pid_c, "3")
+    assert again and again.groups() == (pid_c, "4")
     assert _cells(work / "results" / "alt-cpu" / "tiny") == before
     for path, mtime in stamp.items():  # datasets and the old key's results are untouched
         assert path.stat().st_mtime_ns == mtime, path

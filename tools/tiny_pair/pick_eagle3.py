@@ -48,12 +48,11 @@ def training_facts(head_dir: Path) -> dict:
 
 def decode_command(name: str, head: str, tree: str, args: argparse.Namespace, with_ar: bool) -> tuple[list[str], Path]:
     """The CLI call that decodes the prompts with one head at one tree, and its records file."""
-    depth, top_k, total = tree.split("/")
     out = Path(args.out) / f"{name}_{tree.replace('/', '-')}.jsonl"
     cmd = [sys.executable, "-m", "bastion.benchmark", "--model", args.model, "--dataset", str(args.dataset),
            "--methods", "ar,eagle3" if with_ar else "eagle3", "--dtype", "float32", "--device", args.device,
            "--engine", args.engine, "--max-new-tokens", str(args.max_new_tokens), "--eagle3-model", head,
-           "--eagle3-depth", depth, "--eagle3-topk", top_k, "--eagle3-total-tokens", total,
+           "--eagle3-tree", tree,
            "--output", str(out), "--cache-dir", str(Path(args.out) / "cache"), "--quiet"]
     return cmd, out
 

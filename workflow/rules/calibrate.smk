@@ -150,3 +150,32 @@ else:
             code=CODE_DECODE,
         script:
             "../scripts/profile_constants.py"
+
+
+# EAGLE-3's tree with `eagle3_tree: auto`: one short sweep per (hardware, model, head) on
+# the first prompts of the experiment's first dataset, greedy, on the device, engine and
+# dtype that decode; the jobs that decode EAGLE-3 read the choice instead of sweeping each.
+if EAGLE3_AUTO:
+
+    rule choose_eagle3_tree:
+        input:
+            model="results/models/{model}.json",
+            data=f"results/datasets/{DATASETS[0]}.jsonl",
+        output:
+            EAGLE3_TREE_FILE,
+        log:
+            "logs/choose_eagle3_tree/{hardware}/{model}.log",
+        benchmark:
+            "logs/benchmarks/choose_eagle3_tree/{hardware}/{model}.tsv"
+        conda:
+            "../../envs/bastion.yaml"
+        threads: CPU_THREADS
+        resources:
+            **gpu_resources(),
+        params:
+            knobs=method_knobs(DATASETS[0], 0.0, "eagle3"),
+            dataset=DATASETS[0],
+            software=SOFTWARE,
+            code=CODE_DECODE,
+        script:
+            "../scripts/choose_eagle3_tree.py"

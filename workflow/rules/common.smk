@@ -32,7 +32,6 @@ from bastion.defaults import (
     temperature_dir,
 )
 from bastion.defaults import resolve_n_min
-from bastion.defaults import EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS
 from bastion.defaults import METHODS as ALL_METHODS
 
 REPO = Path(workflow.basedir).resolve()
@@ -130,6 +129,7 @@ def _check_values(exp, where):
         raise ConfigError(
             f"config key `{where}.temperatures`: {bad[0]} is not a finite temperature; use numbers >= 0"
         )
+    _check_eagle3_tree(exp, where)
     keys = config.get("hardware_keys", {})
     for key, spec in keys.items():
         try:
@@ -154,6 +154,19 @@ def _check_values(exp, where):
             f"like nvidia-h200 or cpu-amd-epyc), so no job could run under it; map it under hardware_keys "
             f"({hw}: {{device_pattern: <part of the device name>}}) or set hardware=auto"
         )
+
+
+def _check_eagle3_tree(exp, where):
+    """An explicit EAGLE-3 tree that can be built and keeps every round (`auto` is chosen later)."""
+    from bastion.runs.checks import UsageError, check_eagle3_tree
+
+    try:
+        check_eagle3_tree(
+            str(exp.get("eagle3_tree", "auto")),
+            flag=f"config key `{where}.eagle3_tree`:",
+        )
+    except UsageError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _check_model_folders(exp):
@@ -378,6 +391,11 @@ METHODS = MAIN_METHODS + ABLATION_METHODS
 # The release's lossy acceptance (bastion_lossy) differs from its lossless twin only at
 # T > 0, so it is decoded at T > 0 only.
 LOSSY_METHODS = [m for m in MAIN_METHODS if "lossy" in m]
+# EAGLE-3's tree: `auto` is chosen once per (hardware, model, head) by choose_eagle3_tree,
+# whose file the jobs that decode (or load the head for) EAGLE-3 read
+EAGLE3_TREE = str(EXP.get("eagle3_tree", "auto"))
+EAGLE3_AUTO = "eagle3" in MAIN_METHODS and EAGLE3_TREE == "auto"
+EAGLE3_TREE_FILE = "results/{hardware}/{model}/eagle3_tree.json"
 # The budget rules among the experiment's methods: every method named bastion* sizes its
 # trees by a rule (the fixed budgets are bastion-b<N>, which are no experiment method); the
 # ablation compares trees, not acceptance, so it leaves the lossy acceptance out.
@@ -510,23 +528,34 @@ def get_pair_inputs(wildcards):
     }
 
 
-def get_cell_inputs(wildcards):
+def get_eagle3_tree_input(wildcards, eagle3=True):
+    """The `auto` EAGLE-3 tree choice of the pair, for a job that decodes EAGLE-3 (else nothing)."""
+    if not (eagle3 and EAGLE3_AUTO):
+        return {}
+    return {"eagle3_tree": EAGLE3_TREE_FILE.format(**wildcards)}
+
+
+def get_cell_inputs(wildcards, eagle3=True):
     return {
         "data": f"results/datasets/{wildcards.dataset}.jsonl",
         **get_pair_inputs(wildcards),
+        **get_eagle3_tree_input(wildcards, eagle3),
     }
 
 
-def get_model_inputs(wildcards):
-    """A `decode_model` job's inputs: every dataset of the experiment, the model and its calibration."""
+def get_model_inputs(wildcards, eagle3=True):
+    """A `decode_model` job's inputs: every dataset of the experiment, the model, its calibration
+    (and EAGLE-3's tree choice unless ``eagle3`` is False: the ablation decodes no EAGLE-3).
+    """
     return {
         "data": [f"results/datasets/{d}.jsonl" for d in DATASETS],
         **get_pair_inputs(wildcards),
+        **get_eagle3_tree_input(wildcards, eagle3),
     }
 
 
 def get_decode_inputs(wildcards):
-    inputs = get_cell_inputs(wildcards)
+    inputs = get_cell_inputs(wildcards, eagle3=wildcards.method == "eagle3")
     if wildcards.dataset in MULTI_TURN_DATASETS and wildcards.method != BASELINE:
         # one history for all methods: turn k of every method carries AR's answers to turns 1..k-1
         inputs["history"] = decode_output(
@@ -560,12 +589,8 @@ def method_knobs(dataset, temperature, method):
         "seed": config["seed"],
         "pattern": HW_PATTERN,
     }
-    if name == "eagle3":  # only EAGLE-3's jobs rerun when its tree changes
-        knobs["eagle3_tree"] = {
-            "eagle3_depth": EXP.get("eagle3_depth", EAGLE3_DEPTH),
-            "eagle3_topk": EXP.get("eagle3_topk", EAGLE3_TOPK),
-            "eagle3_total_tokens": EXP.get("eagle3_total_tokens", EAGLE3_TOTAL_TOKENS),
-        }
+    if name == "eagle3":  # only EAGLE-3's jobs rerun when its tree setting changes
+        knobs["eagle3_tree"] = EAGLE3_TREE
     return knobs
 
 
@@ -745,10 +770,18 @@ def ablation_rule():
         outputs = expand(MODEL_ABLATION_OUTPUT, dataset=DATASETS, method=ABLATION_RUNS)
         knobs = get_ablation_model_params
         return decode_rule(
-            "decode_model_ablation", MODEL_SCOPE, get_model_inputs, outputs, knobs=knobs
+            "decode_model_ablation",
+            MODEL_SCOPE,
+            lambda wildcards: get_model_inputs(wildcards, eagle3=False),
+            outputs,
+            knobs=knobs,
         )
     outputs = expand(CELL_ABLATION_OUTPUT, method=ABLATION_RUNS)
     knobs = get_ablation_cell_params
     return decode_rule(
-        "decode_cell_ablation", CELL_SCOPE, get_cell_inputs, outputs, knobs=knobs
+        "decode_cell_ablation",
+        CELL_SCOPE,
+        lambda wildcards: get_cell_inputs(wildcards, eagle3=False),
+        outputs,
+        knobs=knobs,
     )

@@ -23,5 +23,5 @@ with job_log(snakemake.log[0]), pinned(k["device"]):
         k, models, snakemake.input.data, snakemake.input.calibration, snakemake.wildcards.hardware,
         snakemake.wildcards.model, snakemake.wildcards.dataset, snakemake.output[0],
         history=snakemake.input.get("history"), shard=parse_shard(snakemake.params.shard or None),
-        threads=snakemake.threads,
+        threads=snakemake.threads, eagle3_tree_file=snakemake.input.get("eagle3_tree"),
     ).execute()

@@ -27,6 +27,7 @@ with job_log(snakemake.log[0]), pinned(k0["device"]):
         run_from_knobs(
             k, models, k["data"], snakemake.input.calibration, snakemake.wildcards.hardware,
             snakemake.wildcards.model, k["dataset"], k["output"], history=k["history"], threads=snakemake.threads,
+            eagle3_tree_file=snakemake.input.get("eagle3_tree"),
         )
         for k in cell.values()
     ])

@@ -1,0 +1,167 @@
+"""EAGLE-3's tree for a run: the explicit setting, or ``auto``'s choice for this device and head.
+
+Which shape decodes fastest depends on the device and on the head
+(:mod:`bastion.speculative.eagle3_tree`), and the acceptance it needs comes only from real
+drafts, so ``auto`` sweeps a few shapes on the first prompts of the run's dataset, greedy,
+on the engine and dtype that will decode (:func:`bastion.calibration.eagle3_tree.sweep_trees`).
+The choice belongs to the head: it is cached under a :class:`TreeKey` that hashes the
+head's files beside the hardware key, engine and dtype, so another head (or the same head
+retrained) is measured anew, while a rerun reuses the cached choice without decoding.
+
+The sweep is kept short (a few prompts, few new tokens, shapes spread from chains to the
+reference tree) so that choosing costs seconds on a CPU with the tiny pair; τ at T = 0 does
+not depend on timing, and the step times only need to rank the shapes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from bastion.calibration.eagle3_tree import TreeChoice
+from bastion.calibration.store import CalibrationError, write_json_atomic
+from bastion.runs.checks import check_eagle3_tree
+from bastion.speculative.methods import Eagle3Policy
+
+if TYPE_CHECKING:
+    from bastion.runs.inputs import Inputs
+    from bastion.runs.session import Session
+    from bastion.runs.settings import RunSettings
+
+SWEEP_PROMPTS = 4  # the first prompts of the run's dataset (first turns)
+SWEEP_NEW_TOKENS = 64
+# From a chain to the reference tree, one or two shapes per size class: each shape costs a
+# warm-up and a decode of every sweep prompt, so the list stays short.
+# On a 2-core CPU with the tiny pair (4 prompts x 64 tokens) the six take about 25-30 s.
+SWEEP_SHAPES: tuple[tuple[int, int, int], ...] = ((1, 1, 3), (2, 2, 6), (4, 2, 10), (4, 4, 16), (6, 8, 32),
+                                                  (7, 10, 60))
+
+
+@dataclass(frozen=True)
+class TreeKey:
+    """What a tree choice belongs to: the head's files, the hardware, the engine and the dtype."""
+
+    head: str  # head_digest of the head's folder
+    hardware: str
+    engine: str
+    dtype: str
+
+    def file_name(self) -> str:
+        return f"{self.head}-{self.engine}-{self.dtype}.json"
+
+
+def head_digest(folder: str | Path) -> str:
+    """A hash of every file of the head's folder (names and bytes): a retrained head is another head."""
+    root = Path(folder)
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and ".cache" not in p.relative_to(root).parts):
+        h.update(path.relative_to(root).as_posix().encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def head_folder(ref: str) -> Path:
+    """The local folder of head ``ref`` (a repo id is fetched as loading would)."""
+    from dflash.checkpoint import resolve_checkpoint_dir
+    from dflash.eagle3.checkpoint import PATTERNS
+
+    return resolve_checkpoint_dir(ref, allow_patterns=PATTERNS)
+
+
+def tree_cache_path(cache_dir: str | Path, key: TreeKey) -> Path:
+    return Path(cache_dir) / "eagle3_tree" / key.hardware / key.file_name()
+
+
+def save_choice(path: str | Path, key: TreeKey, choice: TreeChoice) -> None:
+    write_json_atomic(path, {"key": asdict(key), **choice.to_dict()})
+
+
+def load_choice(path: str | Path, key: TreeKey) -> TreeChoice:
+    """A stored choice, refused (naming the fix) when made for another head, device, engine or dtype."""
+    fix = f"delete {path} (or pass --recalibrate) to choose the tree again"
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        choice = TreeChoice.from_dict(data)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CalibrationError(f"EAGLE-3 tree choice {path} cannot be read ({exc}); {fix}") from None
+    made = data.get("key")
+    if made != asdict(key):
+        raise CalibrationError(f"EAGLE-3 tree choice {path} was made for {made}, not for this run's {asdict(key)}; "
+                               f"{fix}")
+    return choice
+
+
+def describe(choice: TreeChoice) -> str:
+    p, m = choice.policy, choice.chosen
+    return f"{p.depth}/{p.top_k}/{p.total_tokens} (tau {m.tau:.2f}, {m.tokens_per_second:.1f} tok/s)"
+
+
+def resolve_tree(setting: str, tree_file: str | None, key: Callable[[], TreeKey], cache_dir: str | Path,
+                 again: bool, measure: Callable[[], TreeChoice],
+                 log: Callable[[str], None]) -> tuple[Eagle3Policy, str]:
+    """(the tree, ``"explicit"`` or ``"auto"``) of one run.
+
+    An explicit setting is used as given.  ``auto`` reads ``tree_file`` when given (the
+    pipeline's choice), else the cache entry of ``key()``; ``measure()`` sweeps when there is
+    none or ``again`` (``--recalibrate``) asks, and the choice is cached.
+    """
+    explicit = check_eagle3_tree(setting)
+    if explicit is not None:
+        return Eagle3Policy(*explicit), "explicit"
+    k = key()
+    if tree_file is not None:
+        choice = load_choice(tree_file, k)
+        log(f"[eagle3] tree {describe(choice)}, chosen for this head in {tree_file}")
+        return choice.policy, "auto"
+    path = tree_cache_path(cache_dir, k)
+    if path.exists() and not again:
+        choice = load_choice(path, k)
+        log(f"[eagle3] reusing tree {describe(choice)}, chosen for this head in {path}")
+        return choice.policy, "auto"
+    log(f"[eagle3] choosing the tree for head {k.head} on {k.hardware} ({k.engine}, {k.dtype}): a sweep of "
+        f"{len(SWEEP_SHAPES)} shapes on {SWEEP_PROMPTS} prompts")
+    start = time.perf_counter()
+    choice = measure()
+    save_choice(path, k, choice)
+    log(f"[eagle3] chose tree {describe(choice)} in {time.perf_counter() - start:.1f}s; wrote {path}")
+    return choice.policy, "auto"
+
+
+def sweep(target, head, engine: str, kernels, prompts: list[list[int]], log: Callable[[str], None]) -> TreeChoice:
+    """Decode ``prompts`` greedily with each of :data:`SWEEP_SHAPES` that the head can build, on a
+    fresh ``engine`` holding only the head, and choose the fastest."""
+    from bastion.calibration.eagle3_tree import sweep_trees
+    from bastion.engines.factory import Engine
+    from bastion.models.eagle3 import Eagle3Drafter
+
+    context = max(len(p) for p in prompts) + SWEEP_NEW_TOKENS + 64
+
+    def decoder_for(policy: Eagle3Policy):
+        drafter = Eagle3Drafter.bind(head, target, policy)
+        return Engine(engine, target, None, n_max=1, max_context=context, eagle3=drafter, kernels=kernels).decoder("eagle3")
+
+    return sweep_trees(decoder_for, prompts, head.config.draft_vocab_size, SWEEP_NEW_TOKENS, passes=1,
+                       shapes=SWEEP_SHAPES, log=log)
+
+
+def tree_key(run: RunSettings, eagle3_ref: str) -> TreeKey:
+    """What a resolved run's ``auto`` tree choice belongs to: its head's files, hardware, engine and dtype."""
+    return TreeKey(head_digest(head_folder(eagle3_ref)), run.hardware, run.engine, run.dtype)
+
+
+def sweep_for(run: RunSettings, inputs: Inputs, session: Session, log: Callable[[str], None]) -> TreeChoice:
+    """``auto``'s sweep for a resolved run: the first prompts of its dataset, on its engine and dtype."""
+    import torch
+
+    from bastion.data.prompts import PromptBuilder
+
+    dtype, device = getattr(torch, run.dtype), torch.device(run.device)
+    target = session.target(inputs.target_ref, dtype, device, run.attn_impl)
+    head = session.eagle3_head(inputs.eagle3_ref, inputs.target_ref, dtype, device, run.attn_impl)
+    builder = PromptBuilder(session.tokenizer(inputs.target_ref), run.enable_thinking)
+    prompts = [builder.encode([], p["turns"][0]) for p in inputs.prompts[:SWEEP_PROMPTS]]
+    return sweep(target, head, run.engine, run.kernels, prompts, log)
