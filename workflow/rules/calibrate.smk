@@ -155,12 +155,16 @@ else:
 # EAGLE-3's tree with `eagle3_tree: auto`: one short sweep per (hardware, model, head) on
 # the first prompts of the experiment's first dataset, greedy, on the device, engine and
 # dtype that decode; the jobs that decode EAGLE-3 read the choice instead of sweeping each.
+# It runs after the latency calibration (which it does not read), so that the calibration
+# times its grid on a device that nothing of this experiment has compiled for yet, as it
+# does without EAGLE-3, and a recalibration chooses the tree again.
 if EAGLE3_AUTO:
 
     rule choose_eagle3_tree:
         input:
             model="results/models/{model}.json",
             data=f"results/datasets/{DATASETS[0]}.jsonl",
+            after_calibration="results/{hardware}/{model}/calibration.json",
         output:
             EAGLE3_TREE_FILE,
         log:
