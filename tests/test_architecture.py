@@ -12,6 +12,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_LINES = 320  # "about 300": split a module by responsibility before it grows past this
+MAX_FUNCTION_LINES = 60  # a function that needs a scroll bar is two functions
 
 
 def _lint(cwd: Path = REPO) -> subprocess.CompletedProcess:
@@ -51,6 +52,28 @@ def test_no_library_module_is_oversized():
     big = {p.relative_to(REPO).as_posix(): n for p in _py_files("bastion", "dflash")
            if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not big, f"split these modules by responsibility: {big}"
+
+
+def long_functions(path: Path, root: Path = REPO) -> dict[str, int]:
+    """``module:function`` -> lines, for every function (methods and nested ones included) over the limit."""
+    out = {}
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            n = node.end_lineno - node.lineno + 1
+            if n > MAX_FUNCTION_LINES:
+                out[f"{path.relative_to(root).as_posix()}:{node.name}"] = n
+    return out
+
+
+def test_no_library_function_is_long():
+    long = {k: v for p in _py_files("bastion", "dflash") for k, v in long_functions(p).items()}
+    assert not long, f"split these functions: {long}"
+
+
+def test_a_long_function_is_caught(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f():\n" + "    x = 1\n" * (MAX_FUNCTION_LINES - 1) + "\n\ndef g():\n" + "    x = 1\n" * MAX_FUNCTION_LINES)
+    assert long_functions(probe, tmp_path) == {"probe.py:g": MAX_FUNCTION_LINES + 1}
 
 
 def test_nothing_imports_the_workflow_folder():
