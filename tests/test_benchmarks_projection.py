@@ -23,7 +23,7 @@ def test_projection_from_the_shipped_references(tmp_path):
 
 def test_eagle3_row_from_measured_step_costs_and_published_tau(tmp_path):
     parts, source = projection.eagle3_step_cost(None)
-    assert parts == {"draft": 13.41, "verify": 6.47, "commit": 0.03} and "2df87c0" in source
+    assert parts == {"draft": 2.48, "verify": 6.44, "commit": 0.08} and "6a7bdaf" in source
     step = sum(parts.values())
     rows = projection.project(5.321, 8.159, step)
     gsm8k = next(r for r in rows if r["dataset"] == "gsm8k")
@@ -36,6 +36,16 @@ def test_eagle3_row_from_measured_step_costs_and_published_tau(tmp_path):
         "verify": [{"engine": "static", "context": 512, "verify_ms": 9.0, "commit_ms": 0.1},
                    {"engine": "compiled", "context": 512, "verify_ms": 6.0, "commit_ms": 0.05}]}))
     assert projection.eagle3_step_cost(str(measured)) == ({"draft": 2.2, "verify": 6.0, "commit": 0.05}, str(measured))
+    with_steps = tmp_path / "eagle3_cost_steps.json"
+    with_steps.write_text(json.dumps({**json.loads(measured.read_text()), "step": [
+        {"engine": "static", "context": 512, "t_draft_ms": 4.5, "t_tree_ms": 0.1, "t_verify_ms": 10.9,
+         "t_accept_ms": 0.0, "t_commit_ms": 0.1},
+        {"engine": "compiled", "context": 2048, "t_draft_ms": 2.6, "t_tree_ms": 0.04, "t_verify_ms": 6.8,
+         "t_accept_ms": 0.01, "t_commit_ms": 0.04},
+        {"engine": "compiled", "context": 512, "t_draft_ms": 2.5, "t_tree_ms": 0.04, "t_verify_ms": 6.4,
+         "t_accept_ms": 0.01, "t_commit_ms": 0.03}]}))
+    parts, _ = projection.eagle3_step_cost(str(with_steps))  # the compiled step's parts at its shortest context
+    assert (parts["draft"], parts["verify"], round(parts["commit"], 6)) == (2.5, 6.4, 0.08)
     out = tmp_path / "p.md"
     assert projection.main(["--eagle3-measured", str(measured), "--out", str(out)]) == 0
     text = out.read_text()

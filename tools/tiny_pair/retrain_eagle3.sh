@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Train the tiny pair's EAGLE-3 head with the DFlash drafter's data and budget, on one GPU,
-# and choose it on decoded τ of the validation headers (issue 37, item 1).
+# and choose it on decoded τ of the validation headers.
 #   1. the target's continuations, made exactly as tools/tiny_pair/retrain_drafter.sh makes
 #      the drafter's (same generators, flags and seeds): every TRAINING-split header greedy and
 #      $SAMPLED_COPIES times (default 1) sampled at T = 1, $WINDOWS (default 16,384) random
