@@ -164,7 +164,7 @@ if EAGLE3_AUTO:
         input:
             model="results/models/{model}.json",
             data=f"results/datasets/{DATASETS[0]}.jsonl",
-            after_calibration="results/{hardware}/{model}/calibration.json",
+            after_calibration=f"results/{{hardware}}/{{model}}/calibration{TCLASSES[0]}.json",
         output:
             EAGLE3_TREE_FILE,
         log:
