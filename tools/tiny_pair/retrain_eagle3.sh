@@ -33,54 +33,12 @@ OUT=${OUT:-$PWD/gpu_out}; W=${WORK:-/tmp/tiny_e3}; C=${BUILD:-build}; L=$W/logs
 TT=dflash/assets/tiny/target; E0=dflash/assets/tiny/eagle3; TAPS=1,3,4; MLP=896
 GEN_SECONDS=${GEN_SECONDS:-150}; TRAIN_SECONDS=${TRAIN_SECONDS:-240}
 DATA_SEED=${DATA_SEED:-20}; SAMPLED_COPIES=${SAMPLED_COPIES:-1}; WINDOWS=${WINDOWS:-16384}
-PKG_PROMPTS=${PKG_PROMPTS:-}; PKG_SAMPLED_COPIES=${PKG_SAMPLED_COPIES:-1}; PKG_BATCH=${PKG_BATCH:-2048}
 SELECT_TREES=${SELECT_TREES:-"7/10/60 3/4/12"}
 mkdir -p "$OUT" "$L"
 stage() { echo "== $1 rc=$2 $3s" | tee -a "$L/env.txt"; }
-{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  python -c "import torch,transformers;print('torch',torch.__version__,'transformers',transformers.__version__)"; } | tee "$L/env.txt"
-t=$SECONDS
-python - "$C/train.txt.gz" "$TT" "$W/train_tokens.npy" <<'PY'
-import gzip, sys, numpy as np
-from transformers import AutoTokenizer
-tok = AutoTokenizer.from_pretrained(sys.argv[2])
-docs = [d for d in gzip.open(sys.argv[1], "rt", encoding="utf-8").read().split("<|endoftext|>") if d]
-ids = []
-for enc in tok(docs, add_special_tokens=False)["input_ids"]:
-    ids.extend(enc); ids.append(tok.eos_token_id)
-np.save(sys.argv[3], np.asarray(ids, dtype=np.int32))
-print("train tokens", len(ids))
-PY
-stage tokens $? $((SECONDS-t)); t=$SECONDS
-if [[ "$PKG_PROMPTS" == *.gz ]]; then gunzip -kf "$PKG_PROMPTS" || exit 1; PKG_PROMPTS=${PKG_PROMPTS%.gz}; fi
-rm -f $W/dp.npy $W/dw.npy $W/dk.npy  # an earlier run's files in the same $WORK must not join this one's data
-gen() { timeout $GEN_SECONDS python -m dflash.distill_data --target $TT --max-seconds $((GEN_SECONDS - 30)) "$@"; }
-GENS=()
-gen --prompt-file $C/train_prompts.jsonl --out $W/dp.npy --new-tokens 256 --batch-size 2048 --sample-frac 1.0 \
-  --sampled-copies $SAMPLED_COPIES --seed $DATA_SEED > "$L/distill_prompts.log" 2>&1 & GENS+=("$! distill_prompts")
-gen --data $W/train_tokens.npy --out $W/dw.npy --prompts $WINDOWS --prompt-len 64 --new-tokens 256 --batch-size 2048 \
-  --sample-frac 0.1 --seed $((DATA_SEED + 1)) > "$L/distill_windows.log" 2>&1 & GENS+=("$! distill_windows")
-gen --prompt-file $C/valid_prompts.jsonl --out $W/dv.npy --new-tokens 256 --batch-size 512 --sample-frac 0.5 \
-  --sampled-copies 1 --seed 1 > "$L/distill_valid.log" 2>&1 & GENS+=("$! distill_valid")
-if [ -n "$PKG_PROMPTS" ]; then
-  gen --prompt-file "$PKG_PROMPTS" --out $W/dk.npy --new-tokens 256 --batch-size $PKG_BATCH --sample-frac 1.0 \
-    --sampled-copies $PKG_SAMPLED_COPIES --seed $((DATA_SEED + 2)) > "$L/distill_packages.log" 2>&1 &
-  GENS+=("$! distill_packages")
-fi
-failed=""
-for g in "${GENS[@]}"; do wait ${g% *} || failed="$failed ${g#* }"; done
-if [ -n "$failed" ]; then  # training on part of the data would look like a finished round
-  for f in $failed; do echo "== $f failed:"; tail -n 3 "$L/$f.log"; done
-  echo "error: generator(s)$failed failed; nothing was trained (lower PKG_BATCH if it ran out of GPU memory)"
-  tar czf "$OUT/logs.tgz" -C $W logs; exit 1
-fi
-python - $W/dp.npy $W/dw.npy $W/dk.npy <<'PY'
-import os, sys, numpy as np
-parts = [np.load(p) for p in sys.argv[1:] if os.path.exists(p)]
-np.save(os.path.join(os.path.dirname(sys.argv[1]), "d.npy"), np.concatenate(parts))
-print("training tokens", sum(len(p) for p in parts), "from", len(parts), "generators")
-PY
-stage distill $? $((SECONDS-t)); grep -h distill: $L/distill_*.log
+# the data, shared with the other recipe; its settings travel in the environment
+OUT=$OUT WORK=$W BUILD=$C GEN_SECONDS=$GEN_SECONDS DATA_SEED=$DATA_SEED SAMPLED_COPIES=$SAMPLED_COPIES \
+  WINDOWS=$WINDOWS bash tools/tiny_pair/distill_gpu.sh || exit 1  # PKG_* reach it from the caller's environment
 t=$SECONDS
 train() { name=$1; shift; timeout $((TRAIN_SECONDS+200)) python -m dflash.eagle3.train --target $TT --data $W/d.npy \
   --val-data $W/dv.npy --out $W/$name --target-layer-ids $TAPS --intermediate-size $MLP --ttt-steps 7 --seq-len 512 \
