@@ -7,17 +7,12 @@ hand_off(snakemake, __file__, snakemake.params.knobs["device"])
 
 import json
 
-from bastion.calibration import hardware
-from bastion.pipeline import compile_cache
-from bastion.pipeline.gpu_slots import pinned
-from bastion.pipeline.joblog import job_log
+from bastion.runs.device_job import device_job
 from bastion.runs.checks import parse_shard
 from bastion.runs.run import run_from_knobs
 
 k = snakemake.params.knobs
-compile_cache.persist(snakemake.wildcards.hardware)  # before anything compiles: later jobs load the kernels
-with job_log(snakemake.log[0]), pinned(k["device"]):
-    hardware.check_device(snakemake.wildcards.hardware, k["pattern"], hardware.resolve_device(k["device"]))
+with device_job(snakemake.log[0], snakemake.wildcards.hardware, k["pattern"], k["device"]):
     models = json.load(open(snakemake.input.model))
     run_from_knobs(
         k, models, snakemake.input.data, snakemake.input.calibration, snakemake.wildcards.hardware,

@@ -10,18 +10,13 @@ hand_off(snakemake, __file__, next(iter(snakemake.params.knobs.values()))["devic
 
 import json
 
-from bastion.calibration import hardware
-from bastion.pipeline import compile_cache
-from bastion.pipeline.gpu_slots import pinned
-from bastion.pipeline.joblog import job_log
+from bastion.runs.device_job import device_job
 from bastion.runs.cell import decode_cell
 from bastion.runs.run import run_from_knobs
 
 cell = snakemake.params.knobs  # run name -> knobs with dataset, data and output; AR first in each dataset
 k0 = next(iter(cell.values()))
-compile_cache.persist(snakemake.wildcards.hardware)  # before anything compiles: later jobs load the kernels
-with job_log(snakemake.log[0]), pinned(k0["device"]):
-    hardware.check_device(snakemake.wildcards.hardware, k0["pattern"], hardware.resolve_device(k0["device"]))
+with device_job(snakemake.log[0], snakemake.wildcards.hardware, k0["pattern"], k0["device"]):
     models = json.load(open(snakemake.input.model))
     decode_cell([
         run_from_knobs(
