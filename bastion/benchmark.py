@@ -25,7 +25,7 @@ from bastion.defaults import (
     N_MAX,
     N_MIN,
     N_MIN_CPU,
-    N_MIN_PLUS_CPU,
+    N_MIN_PLUS_SAMPLED_CPU,
     TOPK,
 )
 from bastion.engines.choice import BLAS_CHOICES, DRAFTER_CHOICES, ENGINE_CHOICES, RANK_CHOICES
@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"comma list of {', '.join(METHODS)} (default: {','.join(DEFAULT_METHODS)}; eagle3 only "
                         "when --model has a registered EAGLE-3 head or --eagle3-model is given).  bastion: the paper's "
                         "budget rule as its release runs it; bastion_plus: this project's rule (its own tree sizes "
-                        "on a CPU, AR steps while no tree pays); bastion_lossy: the paper's rule with the release's "
+                        "on a CPU, AR steps at T > 0 while no tree pays); bastion_lossy: the paper's rule with the release's "
                         "acceptance at T > 0, argmax match and a sampled last token, which is not lossless (opt-in)")
     p.add_argument("--output", default=None, help="write one JSON record per (prompt, turn, method) to this .jsonl")
     p.add_argument("--cache-dir", default="cache", help="calibration (and prepared dataset) cache directory")
@@ -74,8 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="CPU threads torch computes with (default 1, as the pipeline's cpu_threads: steadier times "
                         "on a shared machine); part of a CPU calibration")
     p.add_argument("--n-min", type=_n_min, default="auto",
-                   help=f"BASTION: minimum tree size and bucket width (auto: {N_MIN} on a GPU, {N_MIN_CPU} on a CPU); "
-                        f"bastion_plus on a CPU grows its trees from {N_MIN_PLUS_CPU} node in steps of one")
+                   help=f"BASTION: minimum tree size and bucket width (auto: {N_MIN} on a GPU, {N_MIN_CPU} on a CPU); bastion_plus "
+                        f"on a CPU: steps of one from n-min at T = 0, from {N_MIN_PLUS_SAMPLED_CPU} node at T > 0")
     p.add_argument("--n-max", type=int, default=N_MAX, help="BASTION: maximum tree size")
     p.add_argument("--topk", type=int, default=TOPK, help="BASTION: candidate tokens per depth (<= 128)")
     p.add_argument("--budget", type=int, default=None, help="BASTION: fixed tree size instead of the adaptive rule")

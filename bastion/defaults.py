@@ -29,11 +29,12 @@ N_MIN = 32
 # 0.3-0.5 more tokens a step (docs/performance.md, "Why trees of 16 nodes on a CPU").
 N_MIN_CPU = 16
 # bastion_plus on a CPU: no graphs ask for few tree shapes, so its trees take the rule's
-# count itself (granularity 1) from a floor of one node.  The rule's test at n = 1 is the
-# same inequality as at any n, and on the tiny pair the surrogate is calibrated at every
-# size (P(n) / observed 1.00-1.02, docs/performance.md), so a higher floor would only add
-# nodes the rule judged worth less than their cost.
-N_MIN_PLUS_CPU = 1
+# count itself (granularity 1).  At T = 0 it counts from the device's n_min, as `bastion`:
+# a CPU step costs about the same from 12 to 16 nodes and jumps past 16, which the fitted
+# curve smooths over, and counting from one node made trees of 4-11 nodes that decoded 5%
+# slower than 16 (docs/performance.md, "What `bastion_plus` changes").  At T > 0 sampled
+# drafts rarely survive and a few nodes are what pays, so it counts from one node.
+N_MIN_PLUS_SAMPLED_CPU = 1
 N_MAX = 8192
 TOPK = 128  # candidate tokens per depth; the path-ranking layout allows at most this many
 TOPK_LIMIT = 128

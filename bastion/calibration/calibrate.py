@@ -45,7 +45,7 @@ def probe_prompt(vocab_size: int, seed: int = 0) -> list[int]:
     return [rng.randrange(2, int(vocab_size)) for _ in range(PROBE_TOKENS)]
 
 
-SMALL_TREES = (2, 8)  # probe sizes added on a CPU, where bastion_plus's trees grow from one node
+SMALL_TREES = (2, 8)  # probe sizes added on a CPU, where bastion_plus's trees grow from one node at T > 0
 
 
 def overhead_budgets(policy: TreePolicy, gpu: bool = True) -> tuple[int, ...]:
@@ -55,7 +55,7 @@ def overhead_budgets(policy: TreePolicy, gpu: bool = True) -> tuple[int, ...]:
     Three sizes because the excess need not be a line: on an H200, measured at 16 and 64
     nodes only, the tiny pair's growth came out too small for the ~160-node trees the
     rule then built (docs/performance.md).  On a CPU this project's rule sizes trees from
-    one node, below the buckets, so the excess is measured there too rather than
+    one node at T > 0, below the buckets, so the excess is measured there too rather than
     extrapolated down from two buckets.  The probe skips sizes the rule could not reach
     (:func:`~bastion.calibration.overheads.profile_overheads`).
     """

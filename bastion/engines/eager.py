@@ -71,7 +71,10 @@ class EagerDecoder:
     ) -> None:
         self.spec = check_method(method, drafter is not None, policy or TreePolicy(), cost_model, overheads,
                                  eagle3 is not None)
-        self.policy = self.spec.tree_policy(policy or TreePolicy(), gpu=target.device.type == "cuda")
+        # the tree policy at T = 0 and at T > 0 (MethodSpec.tree_policy); generate takes its temperature's
+        self.policies = {sampling: self.spec.tree_policy(policy or TreePolicy(), target.device.type == "cuda", sampling)
+                         for sampling in (False, True)}
+        self.policy = self.policies[False]
         self.target, self.method, self.drafter, self.eagle3 = target, method, drafter, eagle3
         self.overheads = overheads
         self.cost_model, self.fixed_cost = rule_inputs(cost_model, overheads, self.spec.rule or "plus")
@@ -132,10 +135,12 @@ class EagerDecoder:
                              features=bool(self.proposer.layer_ids))
         first = propose(target.logits(out.hidden[0, -1:]), temperature, generator)  # [1]
         self.proposer.start(ids, first, out.features)
-        if self.gate is not None:
-            self.gate.restart()
+        self.policy = self.policies[temperature > 0]
+        gate = self.gate if self.spec.gated(temperature) else None
+        if gate is not None:
+            gate.restart()
         run = _Decode(max_new_tokens, stops, temperature, generator, clock, cache, first[0], 2 * self.policy.n_min,
-                      self.gate)
+                      gate)
         run.output.append(int(first.item()))
         run.stop_reason = "stop_token" if run.output[0] in stops else "max_new_tokens"
         run.done = run.output[0] in stops or len(run.output) >= max_new_tokens

@@ -90,7 +90,12 @@ class StaticDecoder:
     ) -> None:
         self.spec = check_method(method, "dflash" in engine.proposers, policy or TreePolicy(), cost_model, overheads,
                                  "eagle3" in engine.proposers)
-        self.policy = self.spec.tree_policy(policy or TreePolicy(), gpu=engine.device.type == "cuda")
+        # the tree policy at T = 0 and at T > 0 (MethodSpec.tree_policy), each with its ranking search;
+        # generate takes its temperature's pair as self.policy and self.search
+        self.policies = {sampling: self.spec.tree_policy(policy or TreePolicy(), engine.device.type == "cuda", sampling)
+                         for sampling in (False, True)}
+        self.searches = {sampling: AdaptiveSearch(p) for sampling, p in self.policies.items()}
+        self.policy, self.search = self.policies[False], self.searches[False]
         if self.spec.ranked and self.policy.limit > engine.n_max:
             raise ValueError(
                 f"the tree may grow to {self.policy.limit} nodes but the static engine "
@@ -105,7 +110,6 @@ class StaticDecoder:
         self.fit = SurrogateFit() if self.gate is not None else None
         self.proposer = engine.proposer(self.spec.drafter)
         self.block_size = self.proposer.width
-        self.search = AdaptiveSearch(self.policy)
         self.target = engine.target
 
     @torch.no_grad()
@@ -128,11 +132,13 @@ class StaticDecoder:
         # one step past the last commit may still draft and verify: leave it room
         eng.ensure_capacity(prompt_len + max_new_tokens + eng.block)
         vocab = self.target.lm_head.weight.shape[0]
+        self.policy, self.search = self.policies[temperature > 0], self.searches[temperature > 0]
+        gate = self.gate if self.spec.gated(temperature) else None
         run = _Decode(max_new_tokens, set(int(t) for t in stop_token_ids), temperature, generator, clock,
                       width=topk_width(self.policy, vocab) if self.spec.ranked else 0, hint=2 * self.policy.n_min,
-                      gate=self.gate, fitting=self.fit is not None and temperature > 0, context=prompt_len)
-        if self.gate is not None:
-            self.gate.restart()
+                      gate=gate, fitting=self.fit is not None and temperature > 0, context=prompt_len)
+        if gate is not None:
+            gate.restart()
         if run.fitting:
             eng.tree_phase.shift.fill_(self.fit.shift)
         capture0 = eng.runner.capture_seconds

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from bastion.defaults import EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS, METHODS, N_MIN_PLUS_CPU
+from bastion.defaults import EAGLE3_DEPTH, EAGLE3_TOPK, EAGLE3_TOTAL_TOKENS, METHODS, N_MIN_PLUS_SAMPLED_CPU
 from bastion.speculative.policy import TreePolicy
 
 TREE_KINDS = ("chain", "ranked", "drafted")
@@ -78,17 +78,30 @@ class MethodSpec:
 
     @property
     def skips_drafts(self) -> bool:
-        """Steps fall back to AR, without the drafter's forward, while no tree pays (this project's rule)."""
+        """At T > 0 steps fall back to AR, without the drafter's forward, while no tree pays (this project's rule).
+
+        Not at T = 0: there the drafter predicts what it was trained on, the target's greedy
+        tokens, and on the tiny pair the gate's AR spells on a hard stretch cost more than they
+        saved (docs/performance.md, "What `bastion_plus` changes").
+        """
         return self.rule == "plus"
+
+    def gated(self, temperature: float) -> bool:
+        """Whether the draft gate decides which steps draft at this temperature."""
+        return self.skips_drafts and temperature > 0
 
     def draft_temperature(self, temperature: float) -> float:
         """The temperature of the draft probabilities the rule's surrogate reads: the sampling
         temperature for this project's rule, the raw logits (1) for the paper's, as its release."""
         return temperature if self.rule == "plus" and temperature > 0 else 1.0
 
-    def tree_policy(self, policy: TreePolicy, gpu: bool) -> TreePolicy:
-        """The policy this method's adaptive trees follow on the device: its rule's rounding
-        and, for this project's rule on a CPU, granularity 1 from its floor (``N_MIN_PLUS_CPU``).
+    def tree_policy(self, policy: TreePolicy, gpu: bool, sampling: bool = False) -> TreePolicy:
+        """The policy this method's adaptive trees follow on the device at T = 0 or, with
+        ``sampling``, at T > 0: its rule's rounding and, for this project's rule on a CPU,
+        granularity 1 from a floor: the device's ``n_min`` at T = 0, where a CPU step costs
+        about the same from 12 to 16 nodes, which the smooth cost curve does not see, and
+        ``N_MIN_PLUS_SAMPLED_CPU`` at T > 0, where sampled drafts rarely survive and small
+        trees are what pays (docs/performance.md, "What `bastion_plus` changes").
 
         A fixed budget, and a method without a ranked tree, keep ``policy`` as given.
         """
@@ -98,7 +111,8 @@ class MethodSpec:
             return replace(policy, rounding="down")
         if gpu:
             return replace(policy, rounding="best-neighbour")
-        return replace(policy, n_min=min(N_MIN_PLUS_CPU, policy.n_max), rounding=None)
+        floor = N_MIN_PLUS_SAMPLED_CPU if sampling else policy.n_min
+        return replace(policy, n_min=min(floor, policy.n_max), rounding=None)
 
     def known_size(self, block: int, policy: TreePolicy, ranked_paths: int, drafted: int | None = None) -> int | None:
         """Nodes the step verifies when the host knows it without reading the device.

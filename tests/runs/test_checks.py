@@ -86,7 +86,11 @@ def test_a_method_is_its_facts():
     policy = TreePolicy(n_min=16, rounding=None)
     assert (paper.tree_policy(policy, gpu=False).n_min, paper.tree_policy(policy, gpu=False).rounding) == (16, "down")
     assert plus.tree_policy(policy, gpu=True).rounding == "best-neighbour"
-    assert (plus.tree_policy(policy, gpu=False).n_min, plus.tree_policy(policy, gpu=False).rounding) == (1, None)
+    assert (plus.tree_policy(policy, gpu=False).n_min, plus.tree_policy(policy, gpu=False).rounding) == (16, None)
+    sampled = plus.tree_policy(policy, gpu=False, sampling=True)
+    assert (sampled.n_min, sampled.rounding) == (1, None)  # at T > 0 from one node
+    assert plus.tree_policy(policy, gpu=True, sampling=True) == plus.tree_policy(policy, gpu=True)
+    assert (plus.gated(0.0), plus.gated(1.0), paper.gated(1.0)) == (False, True, False)
     assert plus.tree_policy(TreePolicy(budget=8), gpu=False) == TreePolicy(budget=8)  # a fixed budget stays as given
     assert (paper.draft_temperature(0.7), plus.draft_temperature(0.7), plus.draft_temperature(0.0)) == (1.0, 0.7, 1.0)
     with pytest.raises(ValueError, match="a ranked tree, and only one, needs a budget rule"):
