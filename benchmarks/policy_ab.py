@@ -9,8 +9,9 @@ the others, for ``--reps`` rounds, on the default run's own prompts (the tiny ex
 sets, ``max_samples`` and seed from config.yaml's defaults: 8 prompts each, 128 new
 tokens; ``--sets`` takes other datasets or prompt files).  Variants: ``ar``, ``dflash``,
 ``nmin=N`` (BASTION's adaptive rule with that minimum tree and bucket width, on the given
-calibration), ``free=N`` (the same rule and minimum without buckets: any count from N up)
-and ``fixed=N`` (BASTION's N most probable nodes).  ``--curve`` first prints the engine's verification time by tree size
+calibration), ``free=N`` (the same rule and minimum without buckets: any count from N up),
+``fixed=N`` (BASTION's N most probable nodes) and ``plus=N`` (``bastion_plus``, whose CPU
+trees at T = 0 take the rule's count from N up).  ``--curve`` first prints the engine's verification time by tree size
 at context 384 (median of 7 rounds of 5), the shape the rule's cost model smooths over.
 """
 
@@ -50,8 +51,11 @@ def decoder_for(engine: Engine, variant: str, cal: Calibration):
         policy = TreePolicy(n_min=int(value), n_max=max(int(value), cal.max_s), rounding=None)
     elif kind == "fixed":
         policy = TreePolicy(budget=int(value))
+    elif kind == "plus":  # bastion_plus, whose CPU trees at T = 0 count from n_min in steps of one
+        return engine.decoder("bastion_plus", TreePolicy(n_min=int(value), n_max=max(int(value), cal.max_s)),
+                              cal.cost_model, cal.overheads)
     else:
-        raise SystemExit(f"unknown variant {variant!r}: use ar, dflash, nmin=N, free=N or fixed=N")
+        raise SystemExit(f"unknown variant {variant!r}: use ar, dflash, nmin=N, free=N, fixed=N or plus=N")
     return engine.decoder("bastion", policy, cal.cost_model, cal.overheads)
 
 
@@ -105,6 +109,9 @@ def main() -> None:
             print(f"| {name} | {v} | {rate[v]:.1f} | {rate[v] / rate['ar']:.2f} | {vs_d} | "
                   f"{committed / max(steps, 1):.2f} | {1e3 * seconds / max(steps, 1):.2f} | "
                   + ", ".join(f"{k}: {c}" for k, c in sorted(sizes[(v, name)].items())) + " |")
+    means = {v: sum(stats[(v, n)][0] / stats[(v, n)][1] / (stats[("ar", n)][0] / stats[("ar", n)][1]) for n in sets)
+             / len(sets) for v in variants}
+    print("\nx AR, the sets' mean: " + ", ".join(f"{v} {x:.3f}" for v, x in means.items()))
 
 
 if __name__ == "__main__":
