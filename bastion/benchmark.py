@@ -60,8 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"comma list of {', '.join(METHODS)} (default: {','.join(DEFAULT_METHODS)}; eagle3 only "
                         "when --model has a registered EAGLE-3 head or --eagle3-model is given).  bastion: the paper's "
                         "budget rule as its release runs it; bastion_plus: this project's rule (its own tree sizes "
-                        "on a CPU, AR steps at T > 0 while no tree pays); bastion_lossy: the paper's rule with the release's "
-                        "acceptance at T > 0, argmax match and a sampled last token, which is not lossless (opt-in)")
+                        "on a CPU, AR steps at T > 0 while no tree pays); bastion_lossy: the paper's rule with the "
+                        "release's acceptance at T > 0 (argmax match, a sampled last token): not lossless, opt-in")
     p.add_argument("--output", default=None, help="write one JSON record per (prompt, turn, method) to this .jsonl")
     p.add_argument("--cache-dir", default="cache", help="calibration (and prepared dataset) cache directory")
     p.add_argument("--attn-impl", default="sdpa", choices=["sdpa", "eager"])

@@ -31,8 +31,8 @@ N_MIN_CPU = 16
 # bastion_plus on a CPU: no graphs ask for few tree shapes, so its trees take the rule's
 # count itself (granularity 1).  At T = 0 it counts from the device's n_min, as `bastion`:
 # a CPU step costs about the same from 12 to 16 nodes and jumps past 16, which the fitted
-# curve smooths over, and counting from one node made trees of 4-11 nodes that decoded 5%
-# slower than 16 (docs/performance.md, "What `bastion_plus` changes").  At T > 0 sampled
+# curve smooths over, and counting from one node made trees of 4-15 nodes that decoded 2-5%
+# slower than 16 (docs/performance.md, "Where `bastion_plus`'s CPU trees start").  At T > 0 sampled
 # drafts rarely survive and a few nodes are what pays, so it counts from one node.
 N_MIN_PLUS_SAMPLED_CPU = 1
 N_MAX = 8192

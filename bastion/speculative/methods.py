@@ -82,7 +82,7 @@ class MethodSpec:
 
         Not at T = 0: there the drafter predicts what it was trained on, the target's greedy
         tokens, and on the tiny pair the gate's AR spells on a hard stretch cost more than they
-        saved (docs/performance.md, "What `bastion_plus` changes").
+        saved (docs/performance.md, "No tree pays, no draft").
         """
         return self.rule == "plus"
 
@@ -101,7 +101,7 @@ class MethodSpec:
         granularity 1 from a floor: the device's ``n_min`` at T = 0, where a CPU step costs
         about the same from 12 to 16 nodes, which the smooth cost curve does not see, and
         ``N_MIN_PLUS_SAMPLED_CPU`` at T > 0, where sampled drafts rarely survive and small
-        trees are what pays (docs/performance.md, "What `bastion_plus` changes").
+        trees are what pays (docs/performance.md, "Where `bastion_plus`'s CPU trees start").
 
         A fixed budget, and a method without a ranked tree, keep ``policy`` as given.
         """
