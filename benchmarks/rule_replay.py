@@ -135,7 +135,7 @@ def step_costs(args: argparse.Namespace, cal: Calibration) -> dict[str, Callable
     def modelled(pos: Position, n: int) -> float:
         if n == 0:
             return cal.overheads.ar_step(cal.cost_model, pos.context)
-        return fixed + float(model.curve(pos.context, n)[n])
+        return fixed + model.curve_at(pos.context, WIDEST)[n]  # Python floats, cached per size: no tensor a call
     costs = {"calibration": modelled}
     if args.step_ms:
         if args.ar_ms is None:

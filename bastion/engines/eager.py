@@ -72,8 +72,7 @@ class EagerDecoder:
         self.spec = check_method(method, drafter is not None, policy or TreePolicy(), cost_model, overheads,
                                  eagle3 is not None)
         # the tree policy at T = 0 and at T > 0 (MethodSpec.tree_policy); generate takes its temperature's
-        self.policies = {sampling: self.spec.tree_policy(policy or TreePolicy(), target.device.type == "cuda", sampling)
-                         for sampling in (False, True)}
+        self.policies = self.spec.tree_policies(policy or TreePolicy(), gpu=target.device.type == "cuda")
         self.policy = self.policies[False]
         self.target, self.method, self.drafter, self.eagle3 = target, method, drafter, eagle3
         self.overheads = overheads

@@ -92,8 +92,7 @@ class StaticDecoder:
                                  "eagle3" in engine.proposers)
         # the tree policy at T = 0 and at T > 0 (MethodSpec.tree_policy), each with its ranking search;
         # generate takes its temperature's pair as self.policy and self.search
-        self.policies = {sampling: self.spec.tree_policy(policy or TreePolicy(), engine.device.type == "cuda", sampling)
-                         for sampling in (False, True)}
+        self.policies = self.spec.tree_policies(policy or TreePolicy(), gpu=engine.device.type == "cuda")
         self.searches = {sampling: AdaptiveSearch(p) for sampling, p in self.policies.items()}
         self.policy, self.search = self.policies[False], self.searches[False]
         if self.spec.ranked and self.policy.limit > engine.n_max:

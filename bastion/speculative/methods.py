@@ -114,6 +114,10 @@ class MethodSpec:
         floor = N_MIN_PLUS_SAMPLED_CPU if sampling else policy.n_min
         return replace(policy, n_min=min(floor, policy.n_max), rounding=None)
 
+    def tree_policies(self, policy: TreePolicy, gpu: bool) -> dict[bool, TreePolicy]:
+        """The policy at T = 0 (key False) and at T > 0 (key True), for a decoder that serves both."""
+        return {sampling: self.tree_policy(policy, gpu, sampling) for sampling in (False, True)}
+
     def known_size(self, block: int, policy: TreePolicy, ranked_paths: int, drafted: int | None = None) -> int | None:
         """Nodes the step verifies when the host knows it without reading the device.
 

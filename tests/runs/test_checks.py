@@ -89,6 +89,7 @@ def test_a_method_is_its_facts():
     assert (plus.tree_policy(policy, gpu=False).n_min, plus.tree_policy(policy, gpu=False).rounding) == (16, None)
     sampled = plus.tree_policy(policy, gpu=False, sampling=True)
     assert (sampled.n_min, sampled.rounding) == (1, None)  # at T > 0 from one node
+    assert plus.tree_policies(policy, gpu=False) == {False: plus.tree_policy(policy, gpu=False), True: sampled}
     assert plus.tree_policy(policy, gpu=True, sampling=True) == plus.tree_policy(policy, gpu=True)
     assert (plus.gated(0.0), plus.gated(1.0), paper.gated(1.0)) == (False, True, False)
     assert plus.tree_policy(TreePolicy(budget=8), gpu=False) == TreePolicy(budget=8)  # a fixed budget stays as given
