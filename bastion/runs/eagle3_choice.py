@@ -8,9 +8,10 @@ The choice belongs to the head: it is cached under a :class:`TreeKey` that hashe
 head's files beside the hardware key, engine and dtype, so another head (or the same head
 retrained) is measured anew, while a rerun reuses the cached choice without decoding.
 
-The sweep is kept short (a few prompts, few new tokens, shapes spread from chains to the
-reference tree) so that choosing costs seconds on a CPU with the tiny pair; τ at T = 0 does
-not depend on timing, and the step times only need to rank the shapes.
+The sweep is kept short (a few prompts, at most 128 new tokens, shapes spread from chains
+to the reference tree, the hopeless ones dropped after one prompt) so that choosing costs
+seconds on a CPU with the tiny pair; τ at T = 0 does not depend on timing, and the step
+times only need to rank the shapes.
 """
 
 from __future__ import annotations
@@ -33,12 +34,16 @@ if TYPE_CHECKING:
     from bastion.runs.settings import RunSettings
 
 SWEEP_PROMPTS = 4  # the first prompts of the run's dataset (first turns)
-SWEEP_NEW_TOKENS = 64
-# From a chain to the reference tree, one or two shapes per size class: each shape costs a
-# warm-up and a decode of every sweep prompt, so the list stays short.
-# On a 2-core CPU with the tiny pair (4 prompts x 64 tokens) the six take about 25-30 s.
-SWEEP_SHAPES: tuple[tuple[int, int, int], ...] = ((1, 1, 3), (2, 2, 6), (4, 2, 10), (4, 4, 16), (6, 8, 32),
-                                                  (7, 10, 60))
+# New tokens per sweep decode: the run's own, up to this many.  τ grows along an answer
+# (its first tokens are the hardest to guess), more for deep trees than for short chains:
+# on the tiny pair's first 4 humaneval-pkg prompts the 5-node chain's τ went from 2.96 at
+# 64 tokens to 3.55 at 128, the 3-node chain's from 2.25 to 2.51.
+SWEEP_MAX_NEW_TOKENS = 128
+# From chains to the reference tree, one or two shapes per size class: each shape costs a
+# warm-up and a decode of every sweep prompt, so the list stays short.  On a CPU, where
+# every verified node costs arithmetic, chains are the shapes that compete.
+SWEEP_SHAPES: tuple[tuple[int, int, int], ...] = ((1, 1, 3), (3, 1, 5), (2, 2, 6), (4, 2, 10), (4, 4, 16),
+                                                  (6, 8, 32), (7, 10, 60))
 
 
 @dataclass(frozen=True)
@@ -131,14 +136,15 @@ def resolve_tree(setting: str, tree_file: str | None, key: Callable[[], TreeKey]
     return choice.policy, "auto"
 
 
-def sweep(target, head, engine: str, kernels, prompts: list[list[int]], log: Callable[[str], None]) -> TreeChoice:
+def sweep(target, head, engine: str, kernels, prompts: list[list[int]], log: Callable[[str], None],
+          max_new_tokens: int = SWEEP_MAX_NEW_TOKENS) -> TreeChoice:
     """Decode ``prompts`` greedily with each of :data:`SWEEP_SHAPES` that the head can build, on a
-    fresh ``engine`` holding only the head, and choose the fastest."""
+    fresh ``engine`` holding only the head, and choose (:func:`bastion.speculative.eagle3_tree.choose_tree`)."""
     from bastion.calibration.eagle3_tree import sweep_trees
     from bastion.engines.factory import Engine
     from bastion.models.eagle3 import Eagle3Drafter
 
-    context = max(len(p) for p in prompts) + SWEEP_NEW_TOKENS + 64
+    context = max(len(p) for p in prompts) + max_new_tokens + 64
 
     def decoder_for(policy: Eagle3Policy):
         drafter = Eagle3Drafter.bind(head, target, policy)
@@ -147,7 +153,7 @@ def sweep(target, head, engine: str, kernels, prompts: list[list[int]], log: Cal
     # a GPU engine captures a graph per new attention window during a prompt's first decode,
     # which would time captures, not steps: there the faster of two passes counts
     passes = 2 if target.device.type == "cuda" else 1
-    return sweep_trees(decoder_for, prompts, head.config.draft_vocab_size, SWEEP_NEW_TOKENS, passes=passes,
+    return sweep_trees(decoder_for, prompts, head.config.draft_vocab_size, max_new_tokens, passes=passes,
                        shapes=SWEEP_SHAPES, log=log)
 
 
@@ -167,4 +173,4 @@ def sweep_for(run: RunSettings, inputs: Inputs, session: Session, log: Callable[
     head = session.eagle3_head(inputs.eagle3_ref, inputs.target_ref, dtype, device, run.attn_impl)
     builder = PromptBuilder(session.tokenizer(inputs.target_ref), run.enable_thinking)
     prompts = [builder.encode([], p["turns"][0]) for p in inputs.prompts[:SWEEP_PROMPTS]]
-    return sweep(target, head, run.engine, run.kernels, prompts, log)
+    return sweep(target, head, run.engine, run.kernels, prompts, log, min(run.max_new_tokens, SWEEP_MAX_NEW_TOKENS))

@@ -15,8 +15,8 @@ Which buildable shape decodes fastest depends on the device (a CPU pays for ever
 and round; a GPU verifies 60 nodes for little more than one) and on the head (a head that
 guesses well deep down earns deep trees).  :func:`choose_tree` picks it from measurements
 of real decoding, one :class:`TreeMeasurement` per shape (made by
-:mod:`bastion.calibration.eagle3_tree`): the most tokens per second, ties to the smaller
-tree.  The choice is a pure function of the measurements.
+:mod:`bastion.calibration.eagle3_tree`): the most tokens per second, a near-tie to the
+shape that commits more per step.  The choice is a pure function of the measurements.
 """
 
 from __future__ import annotations
@@ -33,6 +33,10 @@ DEFAULT_SHAPES: tuple[tuple[int, int, int], ...] = (
     (1, 1, 3), (2, 1, 4), (3, 1, 5), (2, 2, 6), (3, 2, 8), (4, 2, 10), (3, 4, 12), (4, 4, 16),
     (5, 4, 20), (5, 6, 24), (6, 8, 32), (7, 8, 48), (7, 10, 60),
 )
+# Rates closer than this are one sweep's noise: three sweeps of the tiny pair on the same 4
+# prompts (a 2-core CPU VM, one thread, shapes interleaved) gave one shape rates up to 6%
+# apart (1/1/3: 238, 242 and 251 tok/s).
+RATE_RESOLUTION = 0.05
 
 
 def min_total_tokens(depth: int) -> int:
@@ -88,11 +92,16 @@ def candidate_trees(draft_vocab: int, shapes: Iterable[tuple[int, int, int]] = D
 
 @dataclass(frozen=True)
 class TreeMeasurement:
-    """What one shape did on real prompts: tokens committed per step and seconds per step."""
+    """What one shape did on real prompts: tokens committed per step and seconds per step.
+
+    ``prompts`` says on how many prompts (0 where not recorded): a sweep stops decoding a
+    shape that falls far behind after its first prompt.
+    """
 
     policy: Eagle3Policy
     tau: float
     step_seconds: float
+    prompts: int = 0
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.tau) and self.tau >= 1.0):
@@ -107,27 +116,35 @@ class TreeMeasurement:
     def to_dict(self) -> dict[str, Any]:
         p = self.policy
         return {"depth": p.depth, "top_k": p.top_k, "total_tokens": p.total_tokens, "tau": self.tau,
-                "step_seconds": self.step_seconds}
+                "step_seconds": self.step_seconds, "prompts": self.prompts}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TreeMeasurement":
         return cls(Eagle3Policy(int(data["depth"]), int(data["top_k"]), int(data["total_tokens"])),
-                   float(data["tau"]), float(data["step_seconds"]))
+                   float(data["tau"]), float(data["step_seconds"]), int(data.get("prompts", 0)))
 
 
 def _name(p: Eagle3Policy) -> str:
     return f"{p.depth}/{p.top_k}/{p.total_tokens}"
 
 
-def choose_tree(measurements: Sequence[TreeMeasurement]) -> TreeMeasurement:
-    """The measured shape that decodes the most tokens per second; ties go to the smaller tree.
+def choose_tree(measurements: Sequence[TreeMeasurement], resolution: float = RATE_RESOLUTION) -> TreeMeasurement:
+    """The shape to decode with: the most tokens per second, and among the shapes within
+    ``resolution`` of that rate, the one that commits the most per step.
 
-    Shapes whose deepest round can never be kept are passed over whatever they measured:
-    their step time holds a head pass that commits nothing.
+    Rates that close cannot be told apart by one short sweep, while τ at T = 0 is exact; so
+    a near-tie goes to the shape that gets more of the head's drafts accepted, and an exact
+    tie to the smaller tree.  Shapes whose deepest round can never be kept are passed over
+    whatever they measured: their step time holds a head pass that commits nothing.
     """
+    if not 0.0 <= resolution < 1.0:
+        raise ValueError(f"resolution {resolution!r} must be a fraction in [0, 1), e.g. {RATE_RESOLUTION}")
     usable = [m for m in measurements if every_round_kept(m.policy)]
     if not usable:
         names = ", ".join(_name(m.policy) for m in measurements) or "none"
         raise ValueError(f"no measured EAGLE-3 tree keeps every round (measured: {names}); "
                          "measure shapes with total tokens >= depth + 2")
-    return max(usable, key=lambda m: (m.tokens_per_second, -m.policy.total_tokens, -m.policy.depth, -m.policy.top_k))
+    fastest = max(m.tokens_per_second for m in usable)
+    near = [m for m in usable if m.tokens_per_second >= (1.0 - resolution) * fastest]
+    return max(near, key=lambda m: (m.tau, m.tokens_per_second, -m.policy.total_tokens, -m.policy.depth,
+                                    -m.policy.top_k))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from importlib import resources
 
@@ -9,11 +10,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from bastion.calibration.eagle3_tree import TreeChoice, sweep_trees
+from bastion.calibration.eagle3_tree import DROP_BELOW, WARM_UP_TOKENS, TreeChoice, measure_trees, sweep_trees
 from bastion.engines.factory import Engine
 from bastion.models import registry as models
 from bastion.models.eagle3 import Eagle3Drafter
 from bastion.models.target import Target
+from bastion.speculative.eagle3_tree import choose_tree
 from bastion.speculative.methods import Eagle3Policy
 from dflash.eagle3.checkpoint import Eagle3CheckpointError, read_draft_vocab
 
@@ -28,7 +30,7 @@ def tiny():
     return target, head, tok(first, add_special_tokens=False)["input_ids"]
 
 
-def test_the_sweep_decodes_each_useful_shape_and_picks_the_fastest(tiny):
+def test_the_sweep_decodes_each_useful_shape_and_chooses_by_the_rule(tiny):
     target, head, prompt = tiny
     made: list[Eagle3Policy] = []
 
@@ -40,11 +42,47 @@ def test_the_sweep_decodes_each_useful_shape_and_picks_the_fastest(tiny):
                          shapes=[(2, 2, 3), (1, 1, 3), (2, 2, 6)])
     assert made == [Eagle3Policy(1, 1, 3), Eagle3Policy(2, 2, 6)]  # 2/2/3 is never decoded
     assert [m.policy for m in choice.measured] == made
-    assert choice.chosen == max(choice.measured, key=lambda m: m.tokens_per_second)
+    assert choice.chosen == choose_tree(choice.measured)
     for m in choice.measured:  # τ is the decode's own: the same greedy run gives it again
         res = decoder_for(m.policy).generate(prompt, max_new_tokens=12)
         assert m.tau == sum(s.committed for s in res.steps) / len(res.steps)
+        assert m.prompts == 1
     assert TreeChoice.from_dict(json.loads(json.dumps(choice.to_dict()))) == choice
+
+
+class _Logged:
+    """A real decoder that notes each decode and can report its time ``slower`` times over."""
+
+    def __init__(self, name: str, decoder, log: list, slower: float = 1.0):
+        self.name, self.decoder, self.log, self.slower = name, decoder, log, slower
+
+    def generate(self, prompt, max_new_tokens):
+        self.log.append((self.name, len(prompt), max_new_tokens))
+        res = self.decoder.generate(prompt, max_new_tokens=max_new_tokens)
+        return dataclasses.replace(res, decode_seconds=res.decode_seconds * self.slower)
+
+
+def test_shapes_take_turns_prompt_by_prompt_and_one_far_behind_stops_after_the_first(tiny):
+    target, head, prompt = tiny
+    prompts = [prompt, prompt[:-3], prompt[:-6]]
+    policies = [Eagle3Policy(1, 1, 3), Eagle3Policy(2, 2, 6)]
+    log: list = []
+    decoders = [_Logged(f"{p.depth}/{p.top_k}/{p.total_tokens}",
+                        Engine("eager", target, None, 64, eagle3=Eagle3Drafter.bind(head, target, p)).decoder("eagle3"),
+                        log, slower)
+                for p, slower in zip(policies, (1.0, 1.0 / (DROP_BELOW * 0.5)))]
+    measured = measure_trees(decoders, policies, prompts, max_new_tokens=12, passes=1)
+    warm = [(d.name, len(prompt), WARM_UP_TOKENS) for d in decoders]
+    assert log == warm + [("1/1/3", len(prompts[0]), 12), ("2/2/6", len(prompts[0]), 12),
+                          ("1/1/3", len(prompts[1]), 12), ("1/1/3", len(prompts[2]), 12)]
+    assert [m.prompts for m in measured] == [3, 1]
+    assert choose_tree(measured).policy == Eagle3Policy(1, 1, 3)
+
+    log.clear()  # without the handicap both decode every prompt, in turn
+    for d in decoders:
+        d.slower = 1.0
+    measure_trees(decoders, policies, prompts, max_new_tokens=12, passes=1)
+    assert [name for name, _, n in log if n == 12] == ["1/1/3", "2/2/6"] * 3
 
 
 def test_the_draft_vocabulary_is_read_without_weights(tmp_path):

@@ -8,6 +8,7 @@ import pytest
 
 from bastion.speculative.eagle3_tree import (
     DEFAULT_SHAPES,
+    RATE_RESOLUTION,
     TreeMeasurement,
     candidate_trees,
     check_tree,
@@ -60,14 +61,31 @@ def _m(shape, tau, ms):
 def test_the_fastest_shape_wins_and_the_order_of_measurements_does_not_matter():
     ms = [_m((1, 1, 3), 1.9, 10.0), _m((3, 2, 8), 2.9, 13.0), _m((7, 10, 60), 4.0, 20.0), _m((4, 4, 16), 3.1, 14.5)]
     rates = {m.policy: m.tokens_per_second for m in ms}
-    assert max(rates.values()) == rates[Eagle3Policy(3, 2, 8)]  # 223 tok/s
+    assert max(rates.values()) == rates[Eagle3Policy(3, 2, 8)]  # 223 tok/s; 4/4/16 214, 4.1% behind
     for perm in itertools.permutations(ms):
-        assert choose_tree(list(perm)).policy == Eagle3Policy(3, 2, 8)
+        assert choose_tree(list(perm), resolution=0.0).policy == Eagle3Policy(3, 2, 8)
+        assert choose_tree(list(perm), resolution=0.04).policy == Eagle3Policy(3, 2, 8)
+        assert choose_tree(list(perm)).policy == Eagle3Policy(4, 4, 16)  # within RATE_RESOLUTION: the higher τ
 
 
-def test_ties_go_to_the_smaller_tree():
-    ms = [_m((4, 4, 16), 3.0, 15.0), _m((3, 2, 8), 2.0, 10.0), _m((3, 4, 12), 2.4, 12.0)]  # all 200 tok/s
+def test_a_near_tie_goes_to_the_higher_tau_and_only_a_near_one():
+    chain3, chain5, tree10 = _m((1, 1, 3), 2.5, 10.0), _m((3, 1, 5), 3.6, 15.0), _m((4, 2, 10), 4.2, 21.0)
+    assert [round(m.tokens_per_second) for m in (chain3, chain5, tree10)] == [250, 240, 200]
+    assert RATE_RESOLUTION == 0.05
+    assert choose_tree([chain3, chain5, tree10]).policy == Eagle3Policy(3, 1, 5)  # 4% behind, 1.1 more a step
+    assert choose_tree([chain3, tree10]).policy == Eagle3Policy(1, 1, 3)  # 20% behind is no tie
+    assert choose_tree([chain3, chain5], resolution=0.03).policy == Eagle3Policy(1, 1, 3)
+
+
+def test_exact_ties_go_to_the_smaller_tree():
+    ms = [_m((4, 4, 16), 3.0, 15.0), _m((3, 2, 8), 3.0, 15.0), _m((3, 4, 12), 3.0, 15.0)]  # all 200 tok/s, τ 3
     assert choose_tree(ms).policy == Eagle3Policy(3, 2, 8)
+
+
+@pytest.mark.parametrize("resolution", [-0.01, 1.0, 5])
+def test_a_resolution_outside_a_fraction_is_refused(resolution):
+    with pytest.raises(ValueError, match=rf"resolution {resolution!r} must be a fraction in \[0, 1\)"):
+        choose_tree([_m((1, 1, 3), 2.0, 10.0)], resolution=resolution)
 
 
 def test_a_shape_whose_last_round_is_never_kept_is_never_chosen():
@@ -87,3 +105,7 @@ def test_impossible_measurements_are_refused(tau, seconds, words):
 def test_measurements_round_trip_through_json_dicts():
     m = _m((5, 6, 24), 3.25, 17.5)
     assert TreeMeasurement.from_dict(m.to_dict()) == m
+    counted = TreeMeasurement(Eagle3Policy(5, 6, 24), 3.25, 0.0175, prompts=4)
+    assert counted.to_dict()["prompts"] == 4 and TreeMeasurement.from_dict(counted.to_dict()) == counted
+    older = {k: v for k, v in m.to_dict().items() if k != "prompts"}  # a stored measurement without the count
+    assert TreeMeasurement.from_dict(older).prompts == 0
