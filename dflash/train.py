@@ -291,14 +291,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return _finish(job, progress)
 
 
-def cli(argv: list[str] | None = None) -> int:
-    """Entry point: bad input becomes a one-line error instead of a traceback."""
+def run_cli(entry: Callable[[list[str] | None], object], argv: list[str] | None) -> int:
+    """A trainer's entry point: bad input becomes a one-line error (exit 2) instead of a traceback."""
     try:
-        main(argv)
+        entry(argv)
     except (ts.TrainSetupError, td.DataError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def cli(argv: list[str] | None = None) -> int:
+    return run_cli(main, argv)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
@@ -36,20 +36,29 @@ from bastion.report.tables import (
     title_text,
 )
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 # --------------------------------------------------------------------------- acceptance length
 
 
-def acceptance_length(steps_csv: str | os.PathLike, out_pdf: str | os.PathLike,
-                      title: Mapping[str, Any] | str) -> None:
-    """Distribution of tokens committed per step of each drafting method (EAGLE-3, DFlash, BASTION, ...)."""
-    what = "acceptance_length"
+def _drafting_steps(steps_csv: str | os.PathLike, what: str) -> tuple[pd.DataFrame, list[str]]:
+    """(the steps of the drafting methods a main figure shows, those methods), refused when there are none."""
     df = read_csvs(steps_csv)
     require(df, ["model", "temperature", "method", "committed"], what)
     shown = main_methods(df["method"])
     rows = df[df["method"].isin(shown)]
     if rows.empty:
         drafting = [m for m in METHODS if m != BASELINE]
-        raise ValueError(f"{what}: no steps of {', '.join(drafting)} (found: {sorted(set(df['method']))})")
+        raise ValueError(f"{what}: no steps of a drafting method ({', '.join(drafting)}; found: "
+                         f"{sorted(set(df['method']))})")
+    return rows, shown
+
+
+def acceptance_length(steps_csv: str | os.PathLike, out_pdf: str | os.PathLike,
+                      title: Mapping[str, Any] | str) -> None:
+    """Distribution of tokens committed per step of each drafting method (EAGLE-3, DFlash, BASTION, ...)."""
+    rows, shown = _drafting_steps(steps_csv, "acceptance_length")
     panels = combos(rows)
     fig, axes, height = panel_figure(len(panels), 6.2, 3.6)
     for k, (model, temp) in enumerate(panels):
@@ -105,13 +114,7 @@ def acceptance_by_position(steps_csv: str | os.PathLike, out_pdf: str | os.PathL
     says how far down the draft survives: the k-th point is the chance that the k-th
     drafted position is accepted in a step.
     """
-    what = "acceptance_by_position"
-    df = read_csvs(steps_csv)
-    require(df, ["model", "temperature", "method", "committed"], what)
-    shown = main_methods(df["method"])
-    rows = df[df["method"].isin(shown)]
-    if rows.empty:
-        raise ValueError(f"{what}: no steps of a drafting method (found: {sorted(set(df['method']))})")
+    rows, shown = _drafting_steps(steps_csv, "acceptance_by_position")
     panels = combos(rows)
     fig, axes, height = panel_figure(len(panels), 6.2, 3.6)
     for k, (model, temp) in enumerate(panels):

@@ -36,7 +36,7 @@ import torch
 
 from .. import train_data as td
 from .. import train_setup as ts
-from ..train import lr_lambda
+from ..train import lr_lambda, run_cli
 from .checkpoint import load_eagle3, save_eagle3
 from .config import head_config_for
 from .model import Eagle3Head
@@ -306,12 +306,7 @@ def _train(args: argparse.Namespace, out: Path, head: Eagle3Head, target: torch.
 
 
 def cli(argv: list[str] | None = None) -> int:
-    try:
-        main(argv)
-    except (ts.TrainSetupError, td.DataError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return run_cli(main, argv)
 
 
 if __name__ == "__main__":

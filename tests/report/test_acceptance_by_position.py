@@ -41,5 +41,5 @@ def test_one_panel_per_model_and_temperature(tmp_path):
 
 
 def test_no_drafting_steps_is_an_error_naming_what_was_found(tmp_path):
-    with pytest.raises(ValueError, match=r"acceptance_by_position: no steps of a drafting method \(found: \['ar'\]\)"):
+    with pytest.raises(ValueError, match=r"acceptance_by_position: no steps of a drafting method \(eagle3, dflash.*; found: \['ar'\]\)"):
         plots_steps.acceptance_by_position(steps(tmp_path, {("m1", 0.0, "ar"): [1, 1]}), tmp_path / "x.pdf", TITLE)
