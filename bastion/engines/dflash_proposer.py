@@ -168,5 +168,10 @@ class StaticDFlash:
         self.pend[0, :b].copy_(self.features.index_select(0, keep[:b]))
         self.pend_count.copy_(count + 1)
 
+    def keep_root(self) -> None:
+        """:meth:`keep` of a one-node tree (every kept index 0, count 0), without the gather."""
+        self.pend[0, : self.width].copy_(self.features[:1].expand(self.width, -1))
+        self.pend_count.fill_(1)
+
     def state(self) -> list[torch.Tensor]:
         return [self.pend, self.pend_count]

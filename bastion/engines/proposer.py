@@ -84,6 +84,9 @@ class StaticProposer(Protocol):
     def keep(self, keep: torch.Tensor, count: torch.Tensor) -> None:
         """Inside commit: keep the accepted nodes' states (``keep`` [width] path order, ``count`` 0-d) for the next draft."""
 
+    def keep_root(self) -> None:
+        """:meth:`keep` of a one-node tree (a step without a draft), the same states kept more cheaply."""
+
     def hold(self, rows: int) -> None:
         """Before a step without a draft commits: set aside the ``rows`` states :meth:`keep` kept last, which the
         next :meth:`step` takes in first (only the proposers of methods that skip drafts are asked)."""
@@ -122,6 +125,9 @@ class NoDraft:
         raise RuntimeError("AR taps no target layers: verify asked for features without a drafter")
 
     def keep(self, keep: torch.Tensor, count: torch.Tensor) -> None:
+        pass
+
+    def keep_root(self) -> None:
         pass
 
     def hold(self, rows: int) -> None:

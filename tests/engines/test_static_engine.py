@@ -453,3 +453,35 @@ def test_bastion_plus_learns_the_same_correction_of_its_surrogate_on_both_engine
         # the drafts agree to rounding (test_real_drafters_static_equals_eager), so do the fitted factors
         assert eager.fit.shift == pytest.approx(static.fit.shift, rel=1e-6)
     assert eager.fit.shift < -0.1  # random drafts are accepted far less often than their probabilities say
+
+
+def test_a_tapped_one_node_commit_keeps_what_the_general_commit_keeps():
+    """A step of this project's rule that did not draft commits through ``commit_root(taps)``: the root's
+    token, length and K/V, and the drafter's next context rows, as the general commit leaves them."""
+    model = tiny_target("qwen3", seed=4)
+    engine = StaticEngine(Target(model), tiny_drafter(model, block_size=6, seed=2), max_context=64, n_max=16)
+    b, dflash = engine.buffers, engine.proposers["dflash"]
+    engine.prefill(torch.tensor([[5, 6, 7, 8]]), "dflash")
+    b.length.fill_(4)
+    b.root.fill_(11)
+    engine.build_root()
+    engine.verify(1, engine.window(5), True, "dflash")
+    before = [t.clone() for t in engine.state()]
+    ends = []
+    for commit in (lambda: engine.commit(1, "dflash"), lambda: engine.commit_root("dflash")):
+        for t, saved in zip(engine.state(), before):
+            t.copy_(saved)
+        dflash.pend.normal_()  # stale rows from an earlier step: both commits must overwrite all of them
+        commit()
+        ends.append([t.clone() for t in engine.state()])
+    general, root = ends
+    kv, length, token, readback, pend, pend_count = range(6)
+    assert int(general[length]) == int(root[length]) == 5
+    assert torch.equal(general[token], root[token])
+    assert torch.equal(general[kv][..., :5, :], root[kv][..., :5, :])  # the committed cache; past it, scratch
+    layout = engine.layout
+    for r in (general, root):
+        assert int(r[readback][layout.COUNT]) == 0
+    assert torch.equal(general[readback][layout.bonus:], root[readback][layout.bonus:])
+    assert torch.equal(general[pend], root[pend]) and torch.equal(general[pend_count], root[pend_count])
+    assert torch.equal(root[pend][0, 0], dflash.tapped()[0])  # the root's own tapped states
