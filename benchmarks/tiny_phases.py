@@ -2,10 +2,15 @@
 
 Real weights and real prompts (the stdlib-heldout set), so acceptance is the pair's own;
 every phase is timed with a device synchronisation on both sides (``collect_stats``), so
-the phases add up to the step.  Fixed BASTION budgets need no calibration.
+the phases add up to the step.  Fixed BASTION budgets need no calibration; the adaptive
+rules (``bastion:`` and ``bastion_plus:``, no budget) take their costs from
+``--calibration``.  A method whose steps do not all draft (``bastion_plus`` at T > 0) gets
+a row for its drafted steps and one for the others besides its whole.
 
     python -m benchmarks.tiny_phases --engine compiled --threads 1 \\
         --methods ar:,dflash:,bastion:8,bastion:16,bastion:32
+    python -m benchmarks.tiny_phases --engine compiled --threads 1 --temperature 1 \\
+        --calibration results/<hardware>/tiny/calibration_sampled.json --methods ar:,bastion_plus:
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import time
 
 import torch
 
+from bastion.calibration.store import Calibration
 from bastion.data import registry as datasets
 from bastion.data.prompts import PromptBuilder
 from bastion.engines.factory import Engine
@@ -25,16 +31,39 @@ from bastion.speculative.policy import TreePolicy
 PHASES = ("t_draft", "t_tree", "t_verify", "t_accept", "t_commit")
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--engine", default="compiled", choices=("eager", "static", "compiled"))
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1, help="torch threads on a CPU (0: leave torch's default)")
     ap.add_argument("--prompts", type=int, default=2, help="measured prompts (after one warm-up prompt)")
     ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--temperature", type=float, default=0.0, help="sampled with seed i for the i-th prompt")
+    ap.add_argument("--calibration", help="calibration.json of this device: the adaptive rules' costs")
+    ap.add_argument("--n-min", type=int, default=16, help="the adaptive rules' minimum tree")
     ap.add_argument("--methods", default="ar:,dflash:,bastion:8,bastion:16,bastion:32",
-                    help="method:budget pairs; an empty budget for ar and dflash")
-    args = ap.parse_args(argv)
+                    help="method:budget pairs; an empty budget for ar, dflash and the adaptive rules")
+    return ap
+
+
+def _decoder(engine: Engine, method: str, budget: str, args: argparse.Namespace):
+    if budget or method in ("ar", "dflash"):
+        return engine.decoder(method, TreePolicy(budget=int(budget) if budget else 16))
+    if not args.calibration:
+        raise SystemExit(f"{method} without a budget is the adaptive rule: give --calibration (its costs)")
+    cal = Calibration.load(args.calibration)
+    policy = TreePolicy(n_min=args.n_min, n_max=max(args.n_min, cal.max_s))
+    return engine.decoder(method, policy, cal.cost_model, cal.overheads)
+
+
+def _row(label: str, steps: list, tokens: int) -> str:
+    phases = [1e3 * statistics.mean(getattr(s, k) for s in steps) for k in PHASES]
+    return f"{label:<20} {len(steps):>6} {tokens / len(steps):>5.2f} {sum(phases):>7.2f} " + \
+        " ".join(f"{v:>7.2f}" for v in phases)
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     dtype = torch.float32 if args.device == "cpu" else torch.bfloat16
@@ -44,21 +73,26 @@ def main(argv=None) -> int:
     engine = Engine(args.engine, target, drafter, n_max=256)
     builder = PromptBuilder(tok)
     prompts = [builder.encode([], p["turns"][0]) for p in datasets.load_prompts("stdlib-heldout")[: args.prompts + 1]]
-    print(f"engine {args.engine}, {args.device}, torch threads {torch.get_num_threads()}, "
+    print(f"engine {args.engine}, {args.device}, torch threads {torch.get_num_threads()}, T = {args.temperature}, "
           f"{args.prompts} prompts x {args.tokens} tokens; ms per step")
-    print(f"{'method':<12} {'tau':>5} {'step':>7} " + " ".join(f"{p[2:]:>7}" for p in PHASES))
+    print(f"{'method':<20} {'steps':>6} {'tau':>5} {'step':>7} " + " ".join(f"{p[2:]:>7}" for p in PHASES))
     for item in args.methods.split(","):
         method, _, budget = item.partition(":")
-        decoder = engine.decoder(method, TreePolicy(budget=int(budget) if budget else 16))
-        decoder.generate(prompts[0], 32, stop_token_ids=[])  # warm-up
+        decoder = _decoder(engine, method, budget, args)
+        decoder.generate(prompts[0], 32, args.temperature, [], torch.Generator().manual_seed(0))  # warm-up
         steps, tokens = [], 0
-        for p in prompts[1:]:
-            res = decoder.generate(p, args.tokens, stop_token_ids=[], collect_stats=True)
+        for i, p in enumerate(prompts[1:], 1):
+            res = decoder.generate(p, args.tokens, args.temperature, [], torch.Generator().manual_seed(i),
+                                   collect_stats=True)
             steps += res.steps
             tokens += len(res.output_ids)
-        phases = [1e3 * statistics.mean(getattr(s, k) for s in steps) for k in PHASES]
         label = method + (f" b{budget}" if budget else "")
-        print(f"{label:<12} {tokens / len(steps):>5.2f} {sum(phases):>7.2f} " + " ".join(f"{v:>7.2f}" for v in phases))
+        print(_row(label, steps, tokens))
+        drafted = [s for s in steps if s.drafted]
+        if 0 < len(drafted) < len(steps) and method != "ar":
+            others = [s for s in steps if not s.drafted]
+            print(_row("  drafted", drafted, sum(s.committed for s in drafted)))
+            print(_row("  no draft", others, sum(s.committed for s in others)))
     return 0
 
 
