@@ -249,8 +249,8 @@ class EagerProbe:
     def probe(self, tokens: torch.Tensor, c: int, temperature: float = 0.0) -> Callable[[], None]:
         """Verify ``tokens`` [s] as a chain after ``c`` cached tokens, then crop back.
 
-        At ``temperature`` > 0 every node also samples its token (softmax + multinomial
-        over the vocabulary), as a sampling decode step does.
+        At ``temperature`` > 0 every node also samples its token (softmax over the vocabulary
+        and one draw, :func:`~bastion.speculative.accept.propose`), as a sampling decode step does.
         """
         target, cache = self.target, self.cache
         s, device = tokens.shape[0], tokens.device

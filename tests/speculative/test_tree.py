@@ -479,6 +479,25 @@ def test_propose_rows_are_independent_samples():
     assert chisquare(counts).pvalue > 1e-4
 
 
+def test_propose_never_draws_a_token_of_probability_zero():
+    logits = torch.full((30000, 7), float("-inf"))
+    logits[:, 0], logits[:, 3], logits[:, 5] = 0.5, 0.0, -1.0  # the first and last tokens, and 1, 2, 4 and 6: none
+    out = propose(logits, 1.0, torch.Generator().manual_seed(5))
+    counts = torch.bincount(out, minlength=7)
+    assert counts[[1, 2, 4, 6]].sum() == 0
+    expected = torch.softmax(logits[0].double(), dim=-1)[[0, 3, 5]].numpy() * out.numel()
+    assert chisquare(counts[[0, 3, 5]].double().numpy(), expected).pvalue > 1e-4
+
+
+@pytest.mark.parametrize("uniform, token", [(0.0, 1), (1 - 2**-53, 2)])
+def test_propose_at_the_ends_of_the_uniform_draws_a_token_that_can_be_drawn(monkeypatch, uniform, token):
+    """The smallest and the largest uniform land on the first and the last token of nonzero
+    probability: never on a zero one at either end, never past the vocabulary."""
+    logits = torch.tensor([[float("-inf"), 0.0, 0.0, float("-inf")]])
+    monkeypatch.setattr(torch, "rand", lambda *a, **kw: torch.full((1, 1), uniform, dtype=torch.float64))
+    assert propose(logits, 1.0).tolist() == [token]
+
+
 def test_propose_greedy_is_argmax():
     logits = torch.randn(50, 30, generator=torch.Generator().manual_seed(0))
     assert torch.equal(propose(logits, 0.0), logits.argmax(dim=-1))
