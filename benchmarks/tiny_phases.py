@@ -46,12 +46,11 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _decoder(engine: Engine, method: str, budget: str, args: argparse.Namespace):
+def _decoder(engine: Engine, method: str, budget: str, args: argparse.Namespace, cal: Calibration | None):
     if budget or method in ("ar", "dflash"):
         return engine.decoder(method, TreePolicy(budget=int(budget) if budget else 16))
-    if not args.calibration:
+    if cal is None:
         raise SystemExit(f"{method} without a budget is the adaptive rule: give --calibration (its costs)")
-    cal = Calibration.load(args.calibration)
     policy = TreePolicy(n_min=args.n_min, n_max=max(args.n_min, cal.max_s))
     return engine.decoder(method, policy, cal.cost_model, cal.overheads)
 
@@ -71,6 +70,7 @@ def main(argv=None) -> int:
     drafter = models.load_drafter(str(models.tiny_dir("drafter")), dtype, args.device)
     tok = models.load_tokenizer(str(models.tiny_dir("target")))
     engine = Engine(args.engine, target, drafter, n_max=256)
+    cal = Calibration.load(args.calibration) if args.calibration else None
     builder = PromptBuilder(tok)
     prompts = [builder.encode([], p["turns"][0]) for p in datasets.load_prompts("stdlib-heldout")[: args.prompts + 1]]
     print(f"engine {args.engine}, {args.device}, torch threads {torch.get_num_threads()}, T = {args.temperature}, "
@@ -78,7 +78,7 @@ def main(argv=None) -> int:
     print(f"{'method':<20} {'steps':>6} {'tau':>5} {'step':>7} " + " ".join(f"{p[2:]:>7}" for p in PHASES))
     for item in args.methods.split(","):
         method, _, budget = item.partition(":")
-        decoder = _decoder(engine, method, budget, args)
+        decoder = _decoder(engine, method, budget, args, cal)
         decoder.generate(prompts[0], 32, args.temperature, [], torch.Generator().manual_seed(0))  # warm-up
         steps, tokens = [], 0
         for i, p in enumerate(prompts[1:], 1):

@@ -174,3 +174,17 @@ def test_tree_size_is_fixed_by_the_policy():
     assert Eagle3Policy(depth=1, top_k=2, total_tokens=60).tree_size() == 1 + 2 + 4
     assert Eagle3Policy(depth=3, top_k=4, total_tokens=60).tree_size(draft_vocab=2) == 1 + 2 + 12
     assert Eagle3Policy().path_width == 9
+
+
+def test_the_heads_one_node_keep_equals_its_general_keep(tmp_path):
+    """``keep_root`` (a step without a draft) leaves the head's next pairs as ``keep`` of a
+    one-node tree does (every kept index 0), whatever stale rows were there before."""
+    target, e3 = _pair(tmp_path, "qwen3")
+    proposer = Engine("static", target, None, n_max=64, eagle3=e3).static.proposers["eagle3"]
+    proposer.features.normal_()
+    proposer.pend.normal_()
+    proposer.keep(torch.zeros(proposer.pend.shape[0], dtype=torch.long), torch.tensor(0))
+    want = proposer.pend.clone()
+    proposer.pend.normal_()
+    proposer.keep_root()
+    assert torch.equal(proposer.pend, want)
