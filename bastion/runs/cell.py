@@ -12,9 +12,10 @@ Runs go in the order given: AR first, since on multi-turn sets the others'
 of a killed job before rerunning it, and the kept records let every method resume
 (a finished one in no time).  The partial files go once every output is written.
 
-Consecutive runs on the same prompts advance prompt by prompt, in turn (AR, then each
-other method, on prompt 0, then on prompt 1, ...): a slow spell of the machine then
-touches every method alike.  Run one method after another, the 2-core CPU's drifts of
+Consecutive runs on the same prompts advance prompt by prompt, in turn (every method on
+prompt 0, then every method on prompt 1, ...): a slow spell of the machine then touches
+every method alike.  The order within a round changes from round to round
+(:mod:`bastion.runs.order`), so that no method always runs right after AR.  Run one method after another, the 2-core CPU's drifts of
 10-15% over a few minutes made one method look 10% faster or slower than another from
 run to run (docs/performance.md).  On multi-turn sets the runs that read AR's answers as
 their history start once AR's file is written: AR decodes its prompts first, then the
@@ -28,6 +29,7 @@ from typing import Iterator, Sequence
 
 from bastion.results import records
 from bastion.runs.checks import parse_methods
+from bastion.runs.order import turn_order
 from bastion.runs.run import DecodeRun
 from bastion.runs.session import Session
 
@@ -67,8 +69,12 @@ def _groups(runs: Sequence[DecodeRun]) -> list[list[DecodeRun]]:
 
 
 def _in_turn(steps: list[Iterator[int]]) -> None:
-    """Advance every run by one prompt in turn until all are done."""
+    """Advance every run by one prompt in turn until all are done, each round in the order of
+    :func:`~bastion.runs.order.turn_order` (the given order first)."""
     live = list(steps)
+    round_ = 0
     while live:
-        live = [s for s in live if next(s, None) is not None]
+        done = {i for i in turn_order(len(live), round_) if next(live[i], None) is None}
+        live = [s for i, s in enumerate(live) if i not in done]
+        round_ += 1
 

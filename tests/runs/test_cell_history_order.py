@@ -52,8 +52,10 @@ def test_ar_decodes_first_then_the_history_readers_advance_in_turn(data, tmp_pat
 
     monkeypatch.setattr(runner, "decode_prompt", logged)
     decode_cell(_runs(data, out))
-    readers = [("dflash", None), ("bastion", 16), ("bastion", 32)]
-    assert order == [("ar", None, 0), ("ar", None, 1)] + [(*r, i) for i in (0, 1) for r in readers]
+    dflash, b16, b32 = ("dflash", None), ("bastion", 16), ("bastion", 32)
+    # the readers' rounds take rows [0, 1, 2] and [1, 2, 0] of the design (bastion.runs.order)
+    assert order == [("ar", None, 0), ("ar", None, 1)] + [(*r, 0) for r in (dflash, b16, b32)] + [
+        (*r, 1) for r in (b16, b32, dflash)]
     for n in names:  # the second turns carry AR's answers, as when decoded alone
         assert _content(out / f"{n}.jsonl") == alone[n], n
     assert {r["turn"] for r in alone["bastion-b32"]} == {0, 1}

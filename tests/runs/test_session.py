@@ -84,7 +84,8 @@ def test_a_cell_takes_ar_histories_and_resumes_each_method(data, tmp_path, monke
     alone = {m: _content(out / f"{m}.jsonl") for m in METHODS}
     shutil.rmtree(out)
 
-    # a cell killed in dflash's second prompt: AR and EAGLE-3 are done, dflash half
+    # a cell killed in dflash's second prompt: AR is done; the readers' round 1 (row [1, 2, 0] of
+    # eagle3, dflash, bastion) starts with dflash, so each reader has its first prompt
     real = runner.decode_prompt
 
     def dies(run, idx, *args, **kw):
@@ -105,8 +106,8 @@ def test_a_cell_takes_ar_histories_and_resumes_each_method(data, tmp_path, monke
     capsys.readouterr()
     session = decode_cell(runs)
     err = capsys.readouterr().err
-    assert err.count("[resume] 2 of 2 prompts already done") == 2  # AR and EAGLE-3 come from their records
-    assert "[resume] 1 of 2 prompts already done" in err  # dflash resumes after its first prompt
+    assert err.count("[resume] 2 of 2 prompts already done") == 1  # AR comes from its records
+    assert err.count("[resume] 1 of 2 prompts already done") == 3  # the readers resume after their first prompt
     assert [key[0] for key in session.loaded].count("engine") == 1
     for m in METHODS:
         assert _content(out / f"{m}.jsonl") == alone[m], m
@@ -114,7 +115,8 @@ def test_a_cell_takes_ar_histories_and_resumes_each_method(data, tmp_path, monke
 
 
 def test_a_cell_without_histories_decodes_prompt_by_prompt_and_resumes(single_turn, tmp_path, monkeypatch, capsys):
-    """Runs on the same prompts advance in turn (AR, the others, then the next prompt); files as alone."""
+    """Runs on the same prompts advance in turn (every method on a prompt, then the next prompt), each
+    round in the Williams design's order (bastion.runs.order); files as alone."""
     data = single_turn
     out = tmp_path / "cell"
     for run in _runs(data, out):
@@ -133,7 +135,8 @@ def test_a_cell_without_histories_decodes_prompt_by_prompt_and_resumes(single_tu
     monkeypatch.setattr(runner, "decode_prompt", logged)
     with pytest.raises(KeyboardInterrupt):  # killed in dflash's second prompt
         decode_cell(_runs(data, out))
-    assert order == [(m, 0) for m in METHODS] + [("ar", 1), ("eagle3", 1), ("dflash", 1)]
+    # rounds 0 and 1 of four methods: rows [0, 1, 3, 2] and [1, 2, 0, 3] of METHODS
+    assert order == [("ar", 0), ("eagle3", 0), ("bastion", 0), ("dflash", 0), ("eagle3", 1), ("dflash", 1)]
     for path in out.glob("*.jsonl"):  # Snakemake deletes the outputs of a failed job
         path.unlink()
     kill["on"], order[:] = False, []
@@ -143,8 +146,8 @@ def test_a_cell_without_histories_decodes_prompt_by_prompt_and_resumes(single_tu
     capsys.readouterr()
     decode_cell(runs)
     err = capsys.readouterr().err
-    assert err.count("[resume] 1 of 2 prompts already done") == 2  # bastion and dflash lost their second prompt
-    assert order == [("dflash", 1), ("bastion", 1)]
+    assert err.count("[resume] 1 of 2 prompts already done") == 3  # all but eagle3 lost their second prompt
+    assert order == [("ar", 1), ("bastion", 1), ("dflash", 1)]  # row 0 again, without the finished eagle3
     for m in METHODS:
         assert _content(out / f"{m}.jsonl") == alone[m], m
     assert not list(out.glob("*.partial"))
