@@ -75,22 +75,23 @@ def measure_trees(decoders: Sequence[Decoder], policies: Sequence[Eagle3Policy],
         raise CalibrationError("the EAGLE-3 tree sweep needs at least one prompt")
     for decoder in decoders:  # warm-up: caches, allocators, compiled functions
         decoder.generate(prompts[0], max_new_tokens=min(WARM_UP_TOKENS, max_new_tokens))
-    totals = [[0, 0, 0.0, 0] for _ in decoders]  # committed, steps, seconds, prompts
+    totals = [[0, 0, 0.0] for _ in decoders]  # committed, steps, seconds
+    rates: list[list[float]] = [[] for _ in decoders]  # tokens per second, prompt by prompt
     alive = list(range(len(decoders)))
     for i, prompt in enumerate(prompts):
         for j in alive:
             committed, steps, seconds = _fastest_of(decoders[j], prompt, max_new_tokens, passes)
             t = totals[j]
-            t[0], t[1], t[2], t[3] = t[0] + committed, t[1] + steps, t[2] + seconds, t[3] + 1
+            t[0], t[1], t[2] = t[0] + committed, t[1] + steps, t[2] + seconds
+            rates[j].append(committed / seconds if seconds > 0 else 0.0)
         if i == 0:
-            rates = {j: totals[j][0] / totals[j][2] if totals[j][2] > 0 else 0.0 for j in alive}
-            alive = [j for j in alive if rates[j] >= DROP_BELOW * max(rates.values())]
+            alive = [j for j in alive if rates[j][0] >= DROP_BELOW * max(rates[k][0] for k in alive)]
     out = []
-    for policy, (committed, steps, seconds, n) in zip(policies, totals):
-        if not steps or seconds <= 0:
+    for policy, (committed, steps, seconds), per_prompt in zip(policies, totals, rates):
+        if not steps or seconds <= 0 or min(per_prompt) <= 0:
             raise CalibrationError(f"the EAGLE-3 sweep of tree {policy.depth}/{policy.top_k}/{policy.total_tokens} "
                                    f"made no timed step; use longer prompts or more new tokens")
-        out.append(TreeMeasurement(policy, committed / steps, seconds / steps, n))
+        out.append(TreeMeasurement(policy, committed / steps, seconds / steps, len(per_prompt), tuple(per_prompt)))
     return out
 
 

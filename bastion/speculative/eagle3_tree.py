@@ -16,7 +16,8 @@ and round; a GPU verifies 60 nodes for little more than one) and on the head (a 
 guesses well deep down earns deep trees).  :func:`choose_tree` picks it from measurements
 of real decoding, one :class:`TreeMeasurement` per shape (made by
 :mod:`bastion.calibration.eagle3_tree`): the most tokens per second, a near-tie to the
-shape that commits more per step.  The choice is a pure function of the measurements.
+shape that commits more per step, a near-tie judged by how much the sweep's prompts
+disagree about the two shapes.  The choice is a pure function of the measurements.
 """
 
 from __future__ import annotations
@@ -37,6 +38,12 @@ DEFAULT_SHAPES: tuple[tuple[int, int, int], ...] = (
 # prompts (a 2-core CPU VM, one thread, shapes interleaved) gave one shape rates up to 6%
 # apart (1/1/3: 238, 242 and 251 tok/s).
 RATE_RESOLUTION = 0.05
+# Two shapes also differ from prompt to prompt: on the tiny pair's 4 sweep prompts the
+# 5-node chain ran from 10% slower to 12% faster than the 3-node one, so the sweep's
+# prompts, not the run's, can decide between them.  Where a sweep has rates per prompt, a
+# shape ties with the leader within two standard errors of their paired log ratio, but
+# never more than this far behind.
+MAX_TOLERANCE = 0.10
 
 
 def min_total_tokens(depth: int) -> int:
@@ -95,19 +102,23 @@ class TreeMeasurement:
     """What one shape did on real prompts: tokens committed per step and seconds per step.
 
     ``prompts`` says on how many prompts (0 where not recorded): a sweep stops decoding a
-    shape that falls far behind after its first prompt.
+    shape that falls far behind after its first prompt.  ``rates``: tokens per second on
+    each of those prompts, in the sweep's order (empty where not recorded).
     """
 
     policy: Eagle3Policy
     tau: float
     step_seconds: float
     prompts: int = 0
+    rates: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.tau) and self.tau >= 1.0):
             raise ValueError(f"tau {self.tau!r} of tree {_name(self.policy)} is impossible: a step commits >= 1 token")
         if not (math.isfinite(self.step_seconds) and self.step_seconds > 0):
             raise ValueError(f"step time {self.step_seconds!r} s of tree {_name(self.policy)} must be > 0")
+        if not all(math.isfinite(r) and r > 0 for r in self.rates):
+            raise ValueError(f"rates {list(self.rates)!r} of tree {_name(self.policy)} must all be > 0 tokens a second")
 
     @property
     def tokens_per_second(self) -> float:
@@ -116,21 +127,38 @@ class TreeMeasurement:
     def to_dict(self) -> dict[str, Any]:
         p = self.policy
         return {"depth": p.depth, "top_k": p.top_k, "total_tokens": p.total_tokens, "tau": self.tau,
-                "step_seconds": self.step_seconds, "prompts": self.prompts}
+                "step_seconds": self.step_seconds, "prompts": self.prompts, "rates": list(self.rates)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TreeMeasurement":
         return cls(Eagle3Policy(int(data["depth"]), int(data["top_k"]), int(data["total_tokens"])),
-                   float(data["tau"]), float(data["step_seconds"]), int(data.get("prompts", 0)))
+                   float(data["tau"]), float(data["step_seconds"]), int(data.get("prompts", 0)),
+                   tuple(float(r) for r in data.get("rates", ())))
 
 
 def _name(p: Eagle3Policy) -> str:
     return f"{p.depth}/{p.top_k}/{p.total_tokens}"
 
 
+def tolerance(shape: TreeMeasurement, leader: TreeMeasurement, resolution: float = RATE_RESOLUTION) -> float:
+    """How far (a fraction) below ``leader``'s rate ``shape`` may measure and still tie with it.
+
+    ``resolution``, or, where both have rates on at least two of the same prompts, two
+    standard errors of their per-prompt log ratio if that is wider, up to
+    :data:`MAX_TOLERANCE`: the prompts disagree about the two shapes by that much.
+    """
+    k = min(len(shape.rates), len(leader.rates))
+    if k < 2 or shape is leader:
+        return resolution
+    ratios = [math.log(a / b) for a, b in zip(shape.rates[:k], leader.rates[:k])]
+    mean = sum(ratios) / k
+    se = math.sqrt(sum((r - mean) ** 2 for r in ratios) / (k - 1) / k)
+    return min(max(resolution, 1.0 - math.exp(-2.0 * se)), max(resolution, MAX_TOLERANCE))
+
+
 def choose_tree(measurements: Sequence[TreeMeasurement], resolution: float = RATE_RESOLUTION) -> TreeMeasurement:
-    """The shape to decode with: the most tokens per second, and among the shapes within
-    ``resolution`` of that rate, the one that commits the most per step.
+    """The shape to decode with: the most tokens per second, and among the shapes that tie
+    with that rate (:func:`tolerance`), the one that commits the most per step.
 
     Rates that close cannot be told apart by one short sweep, while τ at T = 0 is exact; so
     a near-tie goes to the shape that gets more of the head's drafts accepted, and an exact
@@ -144,7 +172,8 @@ def choose_tree(measurements: Sequence[TreeMeasurement], resolution: float = RAT
         names = ", ".join(_name(m.policy) for m in measurements) or "none"
         raise ValueError(f"no measured EAGLE-3 tree keeps every round (measured: {names}); "
                          "measure shapes with total tokens >= depth + 2")
-    fastest = max(m.tokens_per_second for m in usable)
-    near = [m for m in usable if m.tokens_per_second >= (1.0 - resolution) * fastest]
+    leader = max(usable, key=lambda m: m.tokens_per_second)
+    near = [m for m in usable
+            if m.tokens_per_second >= (1.0 - tolerance(m, leader, resolution)) * leader.tokens_per_second]
     return max(near, key=lambda m: (m.tau, m.tokens_per_second, -m.policy.total_tokens, -m.policy.depth,
                                     -m.policy.top_k))

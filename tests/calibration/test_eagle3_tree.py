@@ -76,6 +76,9 @@ def test_shapes_take_turns_prompt_by_prompt_and_one_far_behind_stops_after_the_f
     assert log == warm + [("1/1/3", len(prompts[0]), 12), ("2/2/6", len(prompts[0]), 12),
                           ("1/1/3", len(prompts[1]), 12), ("1/1/3", len(prompts[2]), 12)]
     assert [m.prompts for m in measured] == [3, 1]
+    assert [len(m.rates) for m in measured] == [3, 1]  # one rate per prompt decoded
+    assert measured[1].rates[0] < DROP_BELOW * measured[0].rates[0]
+    assert min(measured[0].rates) <= measured[0].tokens_per_second <= max(measured[0].rates)
     assert choose_tree(measured).policy == Eagle3Policy(1, 1, 3)
 
     log.clear()  # without the handicap both decode every prompt, in turn

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 
 from bastion.speculative.eagle3_tree import (
     DEFAULT_SHAPES,
+    MAX_TOLERANCE,
     RATE_RESOLUTION,
     TreeMeasurement,
     candidate_trees,
     check_tree,
     choose_tree,
     every_round_kept,
+    tolerance,
 )
 from bastion.speculative.methods import Eagle3Policy
 
@@ -107,5 +110,41 @@ def test_measurements_round_trip_through_json_dicts():
     assert TreeMeasurement.from_dict(m.to_dict()) == m
     counted = TreeMeasurement(Eagle3Policy(5, 6, 24), 3.25, 0.0175, prompts=4)
     assert counted.to_dict()["prompts"] == 4 and TreeMeasurement.from_dict(counted.to_dict()) == counted
-    older = {k: v for k, v in m.to_dict().items() if k != "prompts"}  # a stored measurement without the count
-    assert TreeMeasurement.from_dict(older).prompts == 0
+    older = {k: v for k, v in m.to_dict().items() if k not in ("prompts", "rates")}  # stored without them
+    assert TreeMeasurement.from_dict(older).prompts == 0 and TreeMeasurement.from_dict(older).rates == ()
+    rated = TreeMeasurement(Eagle3Policy(5, 6, 24), 3.25, 0.0175, prompts=2, rates=(180.5, 201.25))
+    assert TreeMeasurement.from_dict(rated.to_dict()) == rated
+
+
+def _rated(shape, tau, ms, rates):
+    return TreeMeasurement(Eagle3Policy(*shape), tau, ms / 1e3, len(rates), tuple(rates))
+
+
+# per-prompt rates of the 3- and 5-node chains on the tiny pair's 4 sweep prompts (CPU)
+CHAIN3_RATES, CHAIN5_RATES = (266.0, 246.0, 240.0, 308.0), (261.0, 239.0, 227.0, 344.0)
+
+
+def test_a_shape_the_prompts_disagree_about_ties_beyond_the_resolution():
+    chain3 = _rated((1, 1, 3), 2.515, 10.06, CHAIN3_RATES)  # 250 tok/s
+    chain5 = _rated((3, 1, 5), 3.552, 15.05, CHAIN5_RATES)  # 236 tok/s: 5.6% behind
+    assert 1 - chain5.tokens_per_second / chain3.tokens_per_second > RATE_RESOLUTION
+    assert tolerance(chain5, chain3) == pytest.approx(1 - math.exp(-2 * 0.0371), abs=2e-3)  # 2 SE of the log ratios
+    assert choose_tree([chain3, chain5]).policy == Eagle3Policy(3, 1, 5)
+    # the same means without rates per prompt: the fixed resolution, and the 3-node chain
+    assert choose_tree([_m((1, 1, 3), 2.515, 10.06), _m((3, 1, 5), 3.552, 15.05)]).policy == Eagle3Policy(1, 1, 3)
+    # prompts that agree it is 5.6% behind: no tie
+    steady = _rated((3, 1, 5), 3.552, 15.05, [r * 0.944 for r in CHAIN3_RATES])
+    assert tolerance(steady, chain3) == RATE_RESOLUTION and choose_tree([chain3, steady]).policy == Eagle3Policy(1, 1, 3)
+
+
+def test_however_much_the_prompts_disagree_a_shape_far_behind_is_no_tie():
+    leader = _rated((1, 1, 3), 2.5, 10.0, (100.0, 400.0, 100.0, 400.0))
+    wild = _rated((4, 2, 10), 4.2, 19.0, (400.0, 100.0, 400.0, 100.0))  # 221 tok/s against 250: 11.6% behind
+    assert tolerance(wild, leader) == MAX_TOLERANCE
+    assert choose_tree([leader, wild]).policy == Eagle3Policy(1, 1, 3)
+    assert tolerance(leader, leader) == RATE_RESOLUTION
+
+
+def test_rates_that_are_not_positive_are_refused():
+    with pytest.raises(ValueError, match=r"rates \[250.0, 0.0\] of tree 1/1/3 must all be > 0"):
+        _rated((1, 1, 3), 2.5, 10.0, (250.0, 0.0))
