@@ -3,9 +3,12 @@
 Methods decoded one after another on the same prompt do not run on the same machine: the
 one that follows AR finds the caches as AR left them, and the one that runs first in a
 round may wait out what the last prompt started.  With a fixed order these carry-over
-effects always land on the same methods.  On the 2-core CPU the second method of the
-ablation's fixed order took 0.5-1.6% more time than the fixed budget that built exactly
-its trees (docs/performance.md), a bias as large as the differences the ablation reports.
+effects always land on the same methods.  On the 2-core CPU, in the ablation's fixed
+order (AR, ``bastion``, ``bastion_plus``, the fixed budgets), ``bastion`` took 0.5-2.3% more
+time than the fixed budget of 16 that built exactly its trees at T = 0, in all six
+comparisons of three runs: a bias as large as the differences the ablation reports.  In
+this order the two T = 0 comparisons of one run came out at -0.1% and +0.1%
+(docs/performance.md).
 
 So round ``r`` (a prompt) uses row ``r`` of a Williams design: over ``n`` rounds (``2n``
 when ``n`` is odd) every method takes every position equally often, and every method
