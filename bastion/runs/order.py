@@ -7,8 +7,9 @@ effects always land on the same methods.  On the 2-core CPU, in the ablation's f
 order (AR, ``bastion``, ``bastion_plus``, the fixed budgets), ``bastion`` took 0.5-2.3% more
 time than the fixed budget of 16 that built exactly its trees at T = 0, in all six
 comparisons of three runs: a bias as large as the differences the ablation reports.  In
-this order the two T = 0 comparisons of one run came out at -0.1% and +0.1%
-(docs/performance.md).
+this order the eight comparisons of two runs (both temperatures) ranged from -0.1% to
++2.7%, five of them within 0.2% (docs/performance.md): what is left is the noise between
+two methods of one job.
 
 So round ``r`` (a prompt) uses row ``r`` of a Williams design: over ``n`` rounds (``2n``
 when ``n`` is odd) every method takes every position equally often, and every method
