@@ -39,7 +39,7 @@ DEFAULT_SHAPES: tuple[tuple[int, int, int], ...] = (
 # apart (1/1/3: 238, 242 and 251 tok/s).
 RATE_RESOLUTION = 0.05
 # Two shapes also differ from prompt to prompt: on the tiny pair's 4 sweep prompts the
-# 5-node chain ran from 10% slower to 12% faster than the 3-node one, so the sweep's
+# 5-node chain ran from 10% slower to 19% faster than the 3-node one, so the sweep's
 # prompts, not the run's, can decide between them.  Where a sweep has rates per prompt, a
 # shape ties with the leader within two standard errors of their paired log ratio, but
 # never more than this far behind.
