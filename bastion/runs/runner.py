@@ -50,9 +50,9 @@ class Runner:
 
     def steps(self) -> Iterator[int]:
         plan = self._plan()
-        # A calibration to measure goes before EAGLE-3's sweep, on an engine without the head: on
-        # an H200, a calibration measured after the sweep in the same process missed its held-out
-        # latencies by 12.7% on average and was refused.  The pipeline orders its jobs the same way.
+        # A calibration to measure goes before EAGLE-3's sweep, on an engine without the head, as
+        # the pipeline orders its jobs: the latencies are then timed on a device that nothing of
+        # the head has compiled or captured for, the same state in both.
         cal = self._calibrate(plan, self._load(plan)[1]) if plan.measures else None
         self._eagle3_tree(plan)
         loaded, engine = self._load(plan)

@@ -129,7 +129,7 @@ def test_a_choice_made_for_another_head_is_refused(tmp_path):
 
 def test_the_calibration_is_measured_before_the_sweep(tmp_path, capsys, sweeps):
     """A run that both calibrates and sweeps measures its latencies first, as the pipeline's jobs
-    do: after a sweep in the same process, an H200's calibration missed its held-out latencies."""
+    do, so both time the grid before anything of the head is compiled or captured."""
     assert benchmark.main(["--model", "tiny", "--dataset", "stdlib-heldout", "--max-samples", "1", "--max-new-tokens",
                            "16", "--methods", "ar,eagle3,bastion", "--device", "cpu", "--dtype", "float32",
                            "--calib-grid", "tiny", "--n-min", "4", "--accept-calibration-error",
