@@ -17,9 +17,10 @@ prompt 0, then every method on prompt 1, ...): a slow spell of the machine then 
 every method alike.  Run one method after another, the 2-core CPU's drifts of 10-15% over
 a few minutes made one method look 10% faster or slower than another from run to run
 (docs/performance.md).  The order within a round changes from round to round
-(:mod:`bastion.runs.order`), so that no method always runs right after AR.  On multi-turn sets the runs that read AR's answers as
-their history start once AR's file is written: AR decodes its prompts first, then the
-readers advance in turn.  Each run's records and files are the same either way.
+(:mod:`bastion.runs.order`), so that no method always runs right after AR.  On multi-turn
+sets the runs that read AR's answers as their history start once AR's file is written: AR
+decodes its prompts first, then the readers advance in turn.  Each run's records and
+files are the same either way.
 """
 
 from __future__ import annotations
