@@ -91,7 +91,7 @@ def measure_trees(decoders: Sequence[Decoder], policies: Sequence[Eagle3Policy],
         if not steps or seconds <= 0 or min(per_prompt) <= 0:
             raise CalibrationError(f"the EAGLE-3 sweep of tree {policy.depth}/{policy.top_k}/{policy.total_tokens} "
                                    f"made no timed step; use longer prompts or more new tokens")
-        out.append(TreeMeasurement(policy, committed / steps, seconds / steps, len(per_prompt), tuple(per_prompt)))
+        out.append(TreeMeasurement(policy, committed / steps, seconds / steps, tuple(per_prompt)))
     return out
 
 

@@ -101,15 +101,14 @@ def candidate_trees(draft_vocab: int, shapes: Iterable[tuple[int, int, int]] = D
 class TreeMeasurement:
     """What one shape did on real prompts: tokens committed per step and seconds per step.
 
-    ``prompts`` says on how many prompts (0 where not recorded): a sweep stops decoding a
-    shape that falls far behind after its first prompt.  ``rates``: tokens per second on
-    each of those prompts, in the sweep's order (empty where not recorded).
+    ``rates``: tokens per second on each prompt the shape decoded, in the sweep's order
+    (empty where not recorded); a sweep stops decoding a shape that falls far behind after
+    its first prompt, so shapes may have fewer.
     """
 
     policy: Eagle3Policy
     tau: float
     step_seconds: float
-    prompts: int = 0
     rates: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
@@ -124,6 +123,11 @@ class TreeMeasurement:
     def tokens_per_second(self) -> float:
         return self.tau / self.step_seconds
 
+    @property
+    def prompts(self) -> int:
+        """On how many prompts the shape was measured (0 where not recorded)."""
+        return len(self.rates)
+
     def to_dict(self) -> dict[str, Any]:
         p = self.policy
         return {"depth": p.depth, "top_k": p.top_k, "total_tokens": p.total_tokens, "tau": self.tau,
@@ -132,8 +136,7 @@ class TreeMeasurement:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TreeMeasurement":
         return cls(Eagle3Policy(int(data["depth"]), int(data["top_k"]), int(data["total_tokens"])),
-                   float(data["tau"]), float(data["step_seconds"]), int(data.get("prompts", 0)),
-                   tuple(float(r) for r in data.get("rates", ())))
+                   float(data["tau"]), float(data["step_seconds"]), tuple(float(r) for r in data.get("rates", ())))
 
 
 def _name(p: Eagle3Policy) -> str:

@@ -108,16 +108,17 @@ def test_impossible_measurements_are_refused(tau, seconds, words):
 def test_measurements_round_trip_through_json_dicts():
     m = _m((5, 6, 24), 3.25, 17.5)
     assert TreeMeasurement.from_dict(m.to_dict()) == m
-    counted = TreeMeasurement(Eagle3Policy(5, 6, 24), 3.25, 0.0175, prompts=4)
-    assert counted.to_dict()["prompts"] == 4 and TreeMeasurement.from_dict(counted.to_dict()) == counted
+    counted = TreeMeasurement(Eagle3Policy(5, 6, 24), 3.25, 0.0175, rates=(190.0, 185.5, 201.0, 170.25))
+    assert counted.prompts == counted.to_dict()["prompts"] == 4
+    assert TreeMeasurement.from_dict(counted.to_dict()) == counted
     older = {k: v for k, v in m.to_dict().items() if k not in ("prompts", "rates")}  # stored without them
     assert TreeMeasurement.from_dict(older).prompts == 0 and TreeMeasurement.from_dict(older).rates == ()
-    rated = TreeMeasurement(Eagle3Policy(5, 6, 24), 3.25, 0.0175, prompts=2, rates=(180.5, 201.25))
+    rated = TreeMeasurement(Eagle3Policy(5, 6, 24), 3.25, 0.0175, rates=(180.5, 201.25))
     assert TreeMeasurement.from_dict(rated.to_dict()) == rated
 
 
 def _rated(shape, tau, ms, rates):
-    return TreeMeasurement(Eagle3Policy(*shape), tau, ms / 1e3, len(rates), tuple(rates))
+    return TreeMeasurement(Eagle3Policy(*shape), tau, ms / 1e3, tuple(rates))
 
 
 # per-prompt rates of the 3- and 5-node chains on the tiny pair's 4 sweep prompts (CPU)
