@@ -159,7 +159,7 @@ class Runner:
     def _calibrate(self, plan: Plan, engine) -> Calibration:
         """The run's calibration: rank 0 measures it when asked or missing, the other ranks wait."""
         run, path, fp_now, name = plan.run, plan.cal_path, plan.fingerprint, plan.inputs.model_name
-        if self.rank == 0 and not run.calibration and (run.recalibrate or not path.exists()):
+        if self.rank == 0 and plan.measures:  # decided once, in _plan, for every rank
             check_writable(run.cache_dir, path)
             grid = Grid.named(run.calib_grid).covering(plan.longest)
             self.log(f"[calibrate] no calibration for ({fingerprint.hardware_key(fp_now)}, {name}); "
