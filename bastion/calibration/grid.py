@@ -130,12 +130,26 @@ def pooled(first: Sequence[dict], second: Sequence[dict]) -> list[dict]:
             for r in second]
 
 
-def fit_probe(rows: Sequence[dict[str, float]], shape: ModelShape, peaks: HardwarePeaks, holdout_every: int):
-    """Fit on all but every ``holdout_every``-th point; report errors on both parts."""
-    idx = np.arange(len(rows))
-    held = (idx % holdout_every) == (holdout_every // 2) if holdout_every > 1 else np.zeros(len(rows), bool)
+def heldout_mask(s: np.ndarray, c: np.ndarray, every: int) -> np.ndarray:
+    """Which grid points [n] the fit leaves out: one in ``every``, on diagonals of the (s, c) grid.
+
+    So every tree size is held out at some contexts and fitted at the others.  Every k-th
+    point in grid order held out the same sizes at every context wherever the s values
+    came in a multiple of k, and then a size's fitted line (one token's, for one) rested
+    on a single context.
+    """
+    if every <= 1:
+        return np.zeros(len(s), bool)
+    diagonal = np.unique(s, return_inverse=True)[1] + np.unique(c, return_inverse=True)[1]
+    return (diagonal % every) == (every // 2)
+
+
+def fit_probe(rows: Sequence[dict[str, float]], shape: ModelShape, peaks: HardwarePeaks, holdout_every: int,
+              held: np.ndarray | None = None):
+    """Fit on all but the held-out points (:func:`heldout_mask`, or ``held`` [n]); report errors on both parts."""
     s = np.array([r["s"] for r in rows], dtype=float)
     c = np.array([r["c"] for r in rows], dtype=float)
+    held = heldout_mask(s, c, holdout_every) if held is None else np.asarray(held, bool)
     y = np.array([r["latency_s"] for r in rows], dtype=float)
     model = fit_cost_model(shape, peaks, s[~held], c[~held], y[~held])
     err_in = ape(model, s[~held], c[~held], y[~held])

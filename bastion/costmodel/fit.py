@@ -127,7 +127,28 @@ def fit_cost_model(
     if np.any(y <= 0):
         raise ValueError("latencies must be positive")
     w = default_weights(s_arr, y) if weights is None else np.asarray(weights, dtype=np.float64)
-    return CostModel(shape, peaks, fit_params(roofline_terms(shape, peaks, s_arr, c_arr), y, w))
+    one = s_arr == 1
+    trees = ~one if one.any() and (~one).sum() >= 4 else np.ones_like(one)
+    row = fit_row(c_arr[one], y[one]) if not trees.all() else None
+    params = fit_params(roofline_terms(shape, peaks, s_arr[trees], c_arr[trees]), y[trees], w[trees])
+    return CostModel(shape, peaks, params, row=row)
+
+
+def fit_row(c: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """A one-token forward's line ``y = r0 + r1 c`` (both >= 0), in relative error.
+
+    Its own line because engines run one row on other kernels than a tree's rows: on an
+    H200 the tiny pair's one-token step took 0.20 ms where the trees' curve, fitted
+    through it, said 0.25-0.27 (every s >= 2 sat on 0.28-0.44 ms), and those points
+    alone failed the calibration's gate (docs/performance.md, "Cost-model error").
+    """
+    from scipy.optimize import nnls
+
+    if len(np.unique(c)) < 2:
+        return float(np.median(y)), 0.0
+    a = np.stack([np.ones_like(c), c], axis=1) / y[:, None]
+    (r0, r1), _ = nnls(a, np.ones_like(y))
+    return float(r0), float(r1)
 
 
 def ape(model: CostModel, s, c, latency_s) -> np.ndarray:

@@ -95,9 +95,13 @@ class CostModel:
     """Evaluates C(s, c) in seconds; :meth:`curve` gives all tree sizes in one call per step."""
 
     def __init__(self, shape: ModelShape, peaks: HardwarePeaks, params: CostParams,
-                 extra: tuple[tuple[int, float], ...] = ()) -> None:
+                 extra: tuple[tuple[int, float], ...] = (), row: tuple[float, float] | None = None) -> None:
         self.shape, self.peaks, self.params = shape, peaks, params
         self.extra = tuple((int(n), float(t)) for n, t in extra)  # knots (nodes, seconds) added to the curve
+        # a one-token forward's own line (seconds, seconds per cached token): engines run
+        # it on other kernels than a tree's rows (the row kernels on a GPU), so it can sit
+        # well below the trees' curve; :meth:`predict` uses it at s = 1, the trees' curve does not
+        self.row = None if row is None else (float(row[0]), float(row[1]))
         self._curve_cache: dict[tuple[int, str], tuple[torch.Tensor, ...]] = {}
 
     def with_extra(self, knots: Sequence[tuple[int, float]]) -> "CostModel":
@@ -107,7 +111,7 @@ class CostModel:
         extended past both ends along the end segments (one knot: a constant, which the
         rule's differences ignore).  What the budget rule uses (:func:`rule_costs`).
         """
-        return CostModel(self.shape, self.peaks, self.params, extra=tuple(knots))
+        return CostModel(self.shape, self.peaks, self.params, extra=tuple(knots), row=self.row)
 
     def with_node_cost(self, seconds: float) -> "CostModel":
         """The same model charging ``seconds`` more per tree node (a line through the origin)."""
@@ -132,7 +136,11 @@ class CostModel:
         return roofline_terms(self.shape, self.peaks, s, c)
 
     def predict(self, s, c) -> np.ndarray:
-        return combine(self.params, self.terms(s, c))
+        out = combine(self.params, self.terms(s, c))
+        if self.row is None:
+            return out
+        s, c = np.broadcast_arrays(np.asarray(s, dtype=np.float64), np.asarray(c, dtype=np.float64))
+        return np.where(s == 1, self.row[0] + self.row[1] * c, out)
 
     def curve(self, c: int, n_max: int, device: torch.device | str = "cpu") -> torch.Tensor:
         """C(n, c) for n = 0..n_max+1 as a float64 tensor on ``device`` (index n), plus :meth:`extra_cost`.
@@ -193,7 +201,8 @@ class CostModel:
         return self._curve_cache[key]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"shape": asdict(self.shape), "peaks": asdict(self.peaks), "params": asdict(self.params)}
+        out = {"shape": asdict(self.shape), "peaks": asdict(self.peaks), "params": asdict(self.params)}
+        return out if self.row is None else {**out, "row": list(self.row)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "CostModel":
@@ -204,7 +213,8 @@ class CostModel:
         missing = [k for k in CostParams.names() if k not in params]
         if missing:
             raise ValueError(f"the cost model lacks the parameter(s) {', '.join(missing)}")
-        return cls(ModelShape(**data["shape"]), HardwarePeaks(**data["peaks"]), CostParams(**params))
+        return cls(ModelShape(**data["shape"]), HardwarePeaks(**data["peaks"]), CostParams(**params),
+                   row=data.get("row"))
 
 
 class CurveAt:
