@@ -120,7 +120,7 @@ def decode(engine: Engine, method: str, policy: TreePolicy, cal: Calibration, pr
     spy(dec, engine, trees)
     for i, ids in enumerate(prompts):
         trees.clear()
-        gen = torch.Generator().manual_seed(args.seed * 1_000_003 + i)
+        gen = torch.Generator(device=engine.target.device).manual_seed(args.seed * 1_000_003 + i)
         res = dec.generate(ids, args.max_new_tokens, args.temperature, stops, gen, collect_stats=True)
         # the static spy sees every step's verification, the eager one every drafted step's tree
         drafted = iter(trees) if engine.name == "eager" else (t for t, s in zip(trees, res.steps) if s.drafted)

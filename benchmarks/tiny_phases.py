@@ -79,10 +79,11 @@ def main(argv=None) -> int:
     for item in args.methods.split(","):
         method, _, budget = item.partition(":")
         decoder = _decoder(engine, method, budget, args, cal)
-        decoder.generate(prompts[0], 32, args.temperature, [], torch.Generator().manual_seed(0))  # warm-up
+        seeded = lambda i: torch.Generator(device=args.device).manual_seed(i)  # noqa: E731  sampling draws on the device
+        decoder.generate(prompts[0], 32, args.temperature, [], seeded(0))  # warm-up
         steps, tokens = [], 0
         for i, p in enumerate(prompts[1:], 1):
-            res = decoder.generate(p, args.tokens, args.temperature, [], torch.Generator().manual_seed(i),
+            res = decoder.generate(p, args.tokens, args.temperature, [], seeded(i),
                                    collect_stats=True)
             steps += res.steps
             tokens += len(res.output_ids)
