@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from bastion.engines.compiled import Compilation
+from bastion.engines.fused_eagle3 import step_pairs
 from bastion.engines.graphs import GraphRunner
 from bastion.engines.proposer import Accepted, Draft
 from bastion.engines.static_buffers import StepBuffers
@@ -31,7 +32,6 @@ from bastion.engines.static_cache import StaticHeadKV
 from bastion.engines.static_layers import FusedLayers
 from bastion.models.eagle3 import Eagle3Drafter
 from bastion.models.target import Target
-from bastion.speculative.accept import Readback
 from bastion.speculative.tree import Tree
 
 
@@ -89,6 +89,7 @@ class StaticEagle3:
         kv = self.bufs.window(committed + self.width)  # the context grows by at most a path a step
         run(("eagle3", kv), lambda: self.draft(kv))
 
+    @torch.no_grad()
     def draft(self, kv: int, prompt: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
         """Draft the step's tree into the tree buffers; the head's context window is ``[0, kv)``.
 
@@ -96,31 +97,29 @@ class StaticEagle3:
         ``1..P`` [P]).  Without it, the pairs are the last step's root and accepted drafts
         (features from ``pend``; tokens: the accepted drafts, then the bonus token).
         """
-        bufs, w = self.bufs, self.width
+        bufs, fused = self.bufs, self.fused_head
         if prompt is not None:
             feats, next_tokens = prompt
-            last: int | torch.Tensor = next_tokens.numel() - 1  # the root's pair: the last one
-        else:
-            back = bufs.readback
-            last = back[Readback.COUNT]  # the accepted count: the root's pair is the next one
-            feats = self.pend[:w]
-            next_tokens = torch.where(bufs.arange[:w] == last, back[-1], back[Readback.PATH : Readback.PATH + w])
-        m = next_tokens.numel()
-        pos = bufs.length - (last + 1) + bufs.arange[:m]  # the pairs' positions, and where their K/V go
+            m = next_tokens.numel()
+            last: int | torch.Tensor = m - 1  # the root's pair: the last one
+            pos = bufs.length - m + bufs.arange[:m]  # the pairs' positions, and where their K/V go
+            causal = (bufs.arange[:kv][None, :] <= pos[:, None])[None, None]  # [1, 1, m, kv]
+            visible = bufs.arange[:kv] < bufs.length  # the committed pairs, the new ones included
+        else:  # the accepted count is the root's pair; the pairs' tokens: the accepted drafts, then the bonus
+            m, feats = self.width, self.pend[: self.width]
+            pairs = fused.pairs if fused is not None else step_pairs
+            last, next_tokens, pos, causal, visible = pairs(bufs.readback, bufs.arange, bufs.length, m, kv)
         self.cache.begin(pos, kv)
-        causal = (bufs.arange[:kv][None, :] <= pos[:, None])[None, None]  # [1, 1, m, kv]
-        head = self.fused_head.context if self.fused_head is not None else self.eagle3.head
+        head = fused.context if fused is not None else self.eagle3.head
         out = head(feats.reshape(1, m, -1), next_tokens.reshape(1, m), pos[None], causal, self.cache)  # [1, m, H]
         root_hidden = out[0, last] if isinstance(last, int) else out[0].index_select(0, last.view(1))[0]  # [H]
-        visible = bufs.arange[:kv] < bufs.length  # the committed pairs, the new ones included
         root = bufs.root.view(1)
-        if self.fused_head is None:
+        if fused is None:
             tree = self.eagle3.grow(self.cache, root_hidden, root, visible, bufs.length)
         else:
             p = self.eagle3.policy
-            grown = self.fused_head.grow(self.cache, root_hidden, root, visible, bufs.length, p.total_tokens, p.depth,
-                                         p.top_k)
-            tree = self.eagle3.finish(grown, bufs.length)
+            grown = fused.grow(self.cache, root_hidden, root, visible, bufs.length, p.total_tokens, p.depth, p.top_k)
+            tree = self.eagle3.finish(grown, bufs.length, fused.ancestors)
         self.write_tree(tree)
 
     def write_tree(self, tree: Tree) -> None:

@@ -22,7 +22,10 @@ A round's scoring and the next frontier are one more function (:func:`expand_rou
 final norm, ``lm_head``, the top-k of the logits with only the k winners normalised
 (:func:`bastion.speculative.tree.draft_topk`), cumulative scores, draft-to-target ids, the
 frontier and its rows of the tree mask; the rerank of all proposals is a last one
-(:func:`rerank`, around that module's own).  The tree's steps are those of
+(:func:`rerank`, around that module's own).  What surrounds them is fused too: the step's
+pairs from the readback (:func:`step_pairs`), the context's projection and rotary angles
+(:func:`context_inputs`), the rounds' masks, angles and cache slots (:func:`round_inputs`)
+and the finished tree's ancestors.  The tree's steps are those of
 :func:`dflash.eagle3.tree.grow_tree`: the same tree, and on an uncompiled CPU the same
 scores to the bit where attention rounds alike and the MLP is a multiple of 32 wide (the
 SiLU of a strided half of the gate/up product rounds a row's last elements in scalar code
@@ -48,7 +51,8 @@ from bastion.engines.static_layers import (
     post_attention,
     stack_rows,
 )
-from bastion.speculative.tree import draft_topk
+from bastion.speculative.accept import Readback
+from bastion.speculative.tree import ancestor_matrix, draft_topk
 from dflash.eagle3.model import Eagle3Head
 from dflash.eagle3.tree import Eagle3Tree, _rerank
 
@@ -77,6 +81,45 @@ def head_topk(hidden, norm, lm_head, d2t, eps: float, k: int):
     """
     logp, idx = draft_topk(F.linear(_rms(hidden, norm, eps), lm_head), 0.0, k)  # [r, k] each
     return logp, idx + d2t[idx]
+
+
+def step_pairs(readback, arange, length, width: int, kv: int):
+    """The pairs a step's draft reads, from the last step's readback on the device.
+
+    ``readback`` (:class:`~bastion.speculative.accept.Readback`): the accepted count and
+    path, then the bonus token; ``arange`` [>= kv]; ``length`` (0-d): the committed
+    length.  Returns the root's pair index (0-d; the accepted count), the pairs' next
+    tokens [width] (the accepted drafts, then the bonus), their positions [width], their
+    causal mask over the window [1, 1, width, kv] and the window's committed entries [kv].
+    """
+    last = readback[Readback.COUNT]
+    ids = torch.where(arange[:width] == last, readback[-1], readback[Readback.PATH : Readback.PATH + width])
+    pos = length - (last + 1) + arange[:width]
+    causal = (arange[:kv][None, :] <= pos[:, None])[None, None]
+    return last, ids, pos, causal, arange[:kv] < length
+
+
+def context_inputs(features, positions, fc_w, fc_b, rotary):
+    """Tapped target states [1, m, 3 Ht] at ``positions`` [1, m] -> the head's input features
+    [1, m, H] and their rotary cos, sin [1, m, D]."""
+    feature = F.linear(features, fc_w, fc_b)
+    cos, sin = rotary(feature, positions)
+    return feature, cos, sin
+
+
+def round_inputs(root_hidden, visible, position, rotary, depth: int, k: int):
+    """What the tree's rounds read, made at once: the first frontier's ancestors [k, k] and mask
+    [1, 1, k, L + k], every round's rotary cos, sin [1, depth, D] and cache slots [depth, k].
+
+    ``root_hidden`` [H]: the root's head output; ``visible`` [L]: the window's live entries;
+    ``position`` (0-d): where the root's children sit.
+    """
+    dev = root_hidden.device
+    anc = torch.eye(k, dtype=torch.bool, device=dev)
+    mask = torch.cat([visible.expand(k, -1), anc], dim=1)[None, None]
+    cos, sin = rotary(root_hidden.view(1, 1, -1), (position + torch.arange(depth, device=dev))[None])
+    slots = (visible.shape[0] + torch.arange(depth * k, device=dev)).view(depth, k)
+    return anc, mask, cos, sin, slots
 
 
 def expand_round(h, front_score, anc, visible, norm, lm_head, d2t, eps: float, k: int, last: bool):
@@ -132,6 +175,11 @@ class FusedEagle3Head:
         self.pre: Callable = wrap(functools.partial(head_pre_attention, eps=self.eps, head_dim=self.head_dim,
                                                     kv_width=a.num_kv_heads * a.head_dim))
         self._wrap, self._trees = wrap, {}  # the tree's functions, per tree shape
+        # the step's bookkeeping around the layer, fused as well: run apart, its ~50 small
+        # operations were 40% of a 3/1/5 draft's (docs/performance.md, "EAGLE-3")
+        self.pairs: Callable = wrap(step_pairs)
+        self.inputs: Callable = wrap(functools.partial(context_inputs, rotary=head.rotary_emb))
+        self.ancestors: Callable = wrap(ancestor_matrix)
         if layers is not None and layers.eps == self.eps:  # the target's compiled functions compute the same
             self.post, self.attend = layers.post, layers.attend
         else:
@@ -149,8 +197,8 @@ class FusedEagle3Head:
                 and head.embedding_table() is not None)
 
     def _tree_functions(self, depth: int, k: int, total_tokens: int) -> tuple[Callable, ...]:
-        """For one tree shape: the root's top-k, a round's expansion, the last round's (no frontier)
-        and the rerank, made once."""
+        """For one tree shape: the root's top-k, a round's expansion, the last round's (no frontier),
+        the rerank and the rounds' inputs, made once."""
         key = (depth, k, total_tokens)
         if key not in self._trees:
             self._trees[key] = (
@@ -158,6 +206,7 @@ class FusedEagle3Head:
                 self._wrap(functools.partial(expand_round, eps=self.eps, k=k, last=False)),
                 self._wrap(functools.partial(expand_round, eps=self.eps, k=k, last=True)),
                 self._wrap(functools.partial(rerank, total_tokens=total_tokens, depth=depth, k=k)),
+                self._wrap(functools.partial(round_inputs, rotary=self.head.rotary_emb, depth=depth, k=k)),
             )
         return self._trees[key]
 
@@ -176,9 +225,7 @@ class FusedEagle3Head:
         """The head's forward over context pairs, as :meth:`Eagle3Head.forward` with ``cache``:
         tapped target states ``features`` [1, m, 3 Ht] and next tokens ``ids`` [1, m] at
         ``positions`` [1, m], whose K/V go into the cache's window at those positions -> [1, m, H]."""
-        h = self.head
-        feature = F.linear(features, h.fc.weight, h.fc.bias)  # [1, m, H]
-        cos, sin = h.rotary_emb(feature, positions)
+        feature, cos, sin = self.inputs(features, positions, self.head.fc.weight, self.head.fc.bias)  # [1, m, H]
         return self.layer(ids, feature, cos, sin, cache.kv, positions[0], mask)
 
     @torch.no_grad()
@@ -189,19 +236,16 @@ class FusedEagle3Head:
         ``visible`` [L] marks the live entries of the cache's window ``[0, L)``; round ``i``'s
         K/V go right after it, at ``L + k i``.  Fixed shapes, no reads to the host.
         """
-        k, dev, n_ctx = top_k, root_hidden.device, visible.shape[0]
-        topk, expand, expand_last, finish = self._tree_functions(depth, k, total_tokens)
+        k = top_k
+        topk, expand, expand_last, finish, inputs = self._tree_functions(depth, k, total_tokens)
         h = self.head
         w = dict(norm=h.norm.weight, lm_head=h.lm_head.weight, d2t=h.d2t)
         score, tok = topk(root_hidden.view(1, -1), **w)  # [1, k] each
         toks, scores, sels = [tok[0]], [score[0]], []  # per round: proposals, and the next frontier among them
         front_tok, front_score = tok[0], score[0]
         front_hidden = root_hidden.view(1, 1, -1).expand(1, k, root_hidden.shape[-1])  # [1, k, H] parents' outputs
-        if depth:
-            anc = torch.eye(k, dtype=torch.bool, device=dev)  # [k, k * rounds]: ancestors among the tree's entries
-            mask = torch.cat([visible.expand(k, -1), anc], dim=1)[None, None]  # [1, 1, k, L + k]
-            cos, sin = h.rotary_emb(front_hidden, (position + torch.arange(depth, device=dev))[None])
-            slots = (n_ctx + torch.arange(depth * k, device=dev)).view(depth, k)  # round i's cache entries
+        if depth:  # anc [k, k * rounds]: ancestors among the tree's entries; slots [depth, k]: round i's cache entries
+            anc, mask, cos, sin, slots = inputs(root_hidden, visible, position)
         for i in range(depth):
             rope = (cos[:, i : i + 1].expand(1, k, -1), sin[:, i : i + 1].expand(1, k, -1))
             out = self.layer(front_tok[None], front_hidden, *rope, cache.kv, slots[i], mask)  # [1, k, H]

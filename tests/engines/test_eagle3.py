@@ -42,14 +42,14 @@ class OracleEagle3(Eagle3Drafter):
     reference: list[int]
     prompt_len: int
 
-    def finish(self, tree, position):
+    def finish(self, tree, position, *fused):
         c = int(position)  # committed pairs == the root's children's position (both engines)
         node, depth = 0, 0
         while True:
             kids = (tree.parents == node).nonzero().flatten()
             j = c - self.prompt_len + 1 + depth  # reference index of the token at depth + 1
             if kids.numel() == 0 or j >= len(self.reference) or (depth % 3 == 2 and c % 2):
-                return super().finish(tree, position)
+                return super().finish(tree, position, *fused)
             ref = self.reference[j]
             if not (tree.tokens[kids] == ref).any():  # siblings must stay distinct
                 tree.tokens[kids[0]] = ref
