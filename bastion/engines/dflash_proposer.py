@@ -9,6 +9,11 @@ On the static engine its context K/V live at fixed addresses
 first takes in the features of the nodes the last step accepted (``pend``, always a
 block's worth of rows: those past ``pend_count`` are padding at positions the mask
 hides), then runs the block at the positions right after the committed length.  The
+first draft of a prompt takes in the whole prompt's rows, and a draft after steps without
+one (this project's rule at T > 0) those steps' rows: where graphs run they are padded to
+a power of two in ``wide``, so one graph per (window, width) serves every prompt of that
+size (run eagerly, such a draft took 3.6-5.6 ms of the tiny pair's decode on an H200,
+against 0.14 ms for a step's draft replayed; docs/performance.md).  The
 compiled engine's fused drafter (:class:`~bastion.engines.fused_drafter.FusedDrafter`)
 writes the block's K/V into those slots too, so attention reads one window of the cache;
 the drafter module appends them after the window instead.  Nothing here reads a device
@@ -27,6 +32,8 @@ from bastion.engines.static_cache import StaticContextKV
 from bastion.engines.static_layers import FusedLayers
 from bastion.models.target import Target
 from dflash import DFlashDraftModel
+
+WIDE_ROWS = 1024  # the most context rows a draft takes in through a captured graph (longer prompts: eager)
 
 
 def _checked(drafter: DFlashDraftModel) -> DFlashDraftModel:
@@ -104,6 +111,7 @@ class StaticDFlash:
         self.draft_out = torch.zeros(b - 1, vocab, dtype=dtype, device=dev)
         self.block_ids = torch.full((b,), int(d.mask_token_id), dtype=torch.long, device=dev)
         self.backlog: list[torch.Tensor] = []  # [1, r, F] context rows of steps without a draft, in order
+        self.wide = torch.zeros(1, min(WIDE_ROWS, bufs.capacity), feat_dim, dtype=dtype, device=dev)
 
     def window(self, committed: int) -> int:
         """The drafter's attention window when the host has read ``committed`` tokens.
@@ -115,21 +123,31 @@ class StaticDFlash:
         return self.bufs.window(committed + ahead)
 
     def first(self, run: GraphRunner, ids: torch.Tensor, first: torch.Tensor, features: torch.Tensor | None) -> None:
-        """The first draft takes in the whole prompt's features: a one-off shape, eager."""
-        prompt_len = ids.shape[1]
+        """The first draft takes in the whole prompt's features."""
         self.backlog = []
-        self.pend_count.fill_(prompt_len)
-        self.draft(self.window(prompt_len), features)
+        self.take_in(run, self.window(ids.shape[1]), features)
 
     def step(self, run: GraphRunner, committed: int) -> None:
         kv = self.window(committed)  # the context grows by at most a block a step
-        if self.backlog:  # steps without a draft went before: a one-off catch-up, eager like the first draft
-            feats = torch.cat([*self.backlog, self.pend[:, :1]], dim=1)  # [1, W, F]; the last step was an AR step
+        if self.backlog:  # steps without a draft went before: their rows, then the last (AR) step's
+            feats = torch.cat([*self.backlog, self.pend[:, :1]], dim=1)  # [1, W, F]
             self.backlog = []
-            self.pend_count.fill_(feats.shape[1])
-            self.draft(kv, feats)
+            self.take_in(run, kv, feats)
             return
         run(("draft", kv), lambda: self.draft(kv, self.pend))
+
+    def take_in(self, run: GraphRunner, kv: int, feats: torch.Tensor) -> None:
+        """A draft whose context rows ``feats`` [1, W, F] are more than a step's: padded to a power of
+        two in ``wide`` where graphs run (the rows past W are padding, as in ``pend``), eager past
+        ``wide``'s rows and where no graphs run (a CPU: nothing to capture, and padding costs arithmetic)."""
+        w = feats.shape[1]
+        self.pend_count.fill_(w)
+        width = max(self.width, 1 << (w - 1).bit_length())
+        if not run.enabled or width > self.wide.shape[1]:
+            self.draft(kv, feats)
+            return
+        self.wide[:, :w].copy_(feats)
+        run(("take_in", kv, width), lambda: self.draft(kv, self.wide[:, :width]))
 
     def hold(self, rows: int) -> None:
         """Keep the first ``rows`` of the next draft's context rows: a step without a draft is about to
@@ -144,7 +162,8 @@ class StaticDFlash:
         """Draft logits [b - 1, V] for depths 1..b-1; the drafter's K/V window is ``[0, kv)``."""
         e, b, w = self.bufs, self.width, feats.shape[1]
         start = e.length - self.pend_count  # first new context position
-        self.dcache.write_index = start + e.arange[:w]
+        # padding rows past the capacity write into its last slot, which no live row or window reaches
+        self.dcache.write_index = (start + e.arange[:w]).clamp(max=self.dcache.capacity - 1)
         self.dcache.kv_len = kv
         block = self.block_ids.clone()
         block[0] = e.root

@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from bastion.engines.compiled import Compilation
+from bastion.engines.dflash_proposer import WIDE_ROWS
 from bastion.engines.fused_eagle3 import step_pairs
 from bastion.engines.graphs import GraphRunner
 from bastion.engines.proposer import Accepted, Draft
@@ -80,29 +81,53 @@ class StaticEagle3:
         cfg, room = e3.head.config, e3.policy.depth * e3.policy.top_k  # the tree's entries follow the window
         self.cache = StaticHeadKV(int(cfg.layers.num_key_value_heads), cfg.head_dim, bufs.capacity + room,
                                   e3.head.lm_head.weight.dtype, dev)
+        rows = min(WIDE_ROWS, bufs.capacity)  # the prompt's pairs, padded, where graphs run
+        self.wide = (torch.zeros(rows, dim, dtype=dtype, device=dev), torch.zeros(rows, dtype=torch.long, device=dev))
+        self.wide_last = torch.zeros((), dtype=torch.long, device=dev)
 
     def first(self, run: GraphRunner, ids: torch.Tensor, first: torch.Tensor, features: torch.Tensor | None) -> None:
-        """The head's first pairs: features of positions 0..P-1, tokens 1..P-1 and the first new one."""
-        self.draft(self.bufs.window(ids.shape[1]), (features[0], torch.cat([ids[0, 1:], first])))
+        """The head's first pairs: features of positions 0..P-1, tokens 1..P-1 and the first new one.
+
+        Where graphs run they are padded to a power of two in ``wide`` (the pairs past P land
+        past the committed length, hidden by the mask, as a step's do), so one graph per
+        (window, width) serves every prompt of that size: run eagerly, the first draft took
+        11.9 ms of the tiny pair's decode on an H200, against 0.28 ms for a step's draft
+        replayed (docs/performance.md).  Eager past ``wide``'s rows and where no graphs run.
+        """
+        p, kv = ids.shape[1], self.bufs.window(ids.shape[1])
+        pairs = (features[0], torch.cat([ids[0, 1:], first]))
+        width = 1 << (p - 1).bit_length()
+        if not run.enabled or width > self.wide[1].shape[0]:
+            self.draft(kv, pairs)
+            return
+        for buf, part in zip(self.wide, pairs):
+            buf[:p].copy_(part)
+        self.wide_last.fill_(p - 1)
+        run(("eagle3_take_in", kv, width),
+            lambda: self.draft(kv, (self.wide[0][:width], self.wide[1][:width]), self.wide_last))
 
     def step(self, run: GraphRunner, committed: int) -> None:
         kv = self.bufs.window(committed + self.width)  # the context grows by at most a path a step
         run(("eagle3", kv), lambda: self.draft(kv))
 
     @torch.no_grad()
-    def draft(self, kv: int, prompt: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+    def draft(self, kv: int, prompt: tuple[torch.Tensor, torch.Tensor] | None = None,
+              last: torch.Tensor | None = None) -> None:
         """Draft the step's tree into the tree buffers; the head's context window is ``[0, kv)``.
 
         ``prompt``: the first draft's pairs (features of positions ``0..P-1`` [P, F], tokens
-        ``1..P`` [P]).  Without it, the pairs are the last step's root and accepted drafts
+        ``1..P`` [P]), of which the root's is ``last`` (0-d; None: the last one, padding
+        after it).  Without it, the pairs are the last step's root and accepted drafts
         (features from ``pend``; tokens: the accepted drafts, then the bonus token).
         """
         bufs, fused = self.bufs, self.fused_head
         if prompt is not None:
             feats, next_tokens = prompt
             m = next_tokens.numel()
-            last: int | torch.Tensor = m - 1  # the root's pair: the last one
-            pos = bufs.length - m + bufs.arange[:m]  # the pairs' positions, and where their K/V go
+            last = m - 1 if last is None else last  # the root's pair
+            # the pairs' positions, and where their K/V go: padding past the head's capacity into its last slot,
+            # which the tree's entries write over
+            pos = (bufs.length - (last + 1) + bufs.arange[:m]).clamp(max=self.cache.capacity - 1)
             causal = (bufs.arange[:kv][None, :] <= pos[:, None])[None, None]  # [1, 1, m, kv]
             visible = bufs.arange[:kv] < bufs.length  # the committed pairs, the new ones included
         else:  # the accepted count is the root's pair; the pairs' tokens: the accepted drafts, then the bonus

@@ -13,12 +13,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from bastion.engines import static_engine
 from bastion.engines.factory import Engine
 from bastion.models import registry as models
 from bastion.models.eagle3 import Eagle3Drafter
 from bastion.models.target import Target
 from bastion.speculative.methods import Eagle3Policy
 from tests.support.builders import llama31_target, save_eagle3_head, tiny_target
+from tests.support.decoding import PaddingRunner
 
 PROMPT = list(range(5, 29))
 NEW = 40
@@ -85,6 +87,21 @@ def _recorded_trees(engine: Engine) -> tuple[list[int], list[tuple]]:
 
     proposer.write_tree = recording
     return engine.decoder("eagle3").generate(PROMPT, NEW).output_ids, trees
+
+
+@pytest.mark.parametrize("engine", ["static", "compiled"])
+def test_the_prompts_draft_padded_as_graphs_run_it_drafts_the_same_trees(monkeypatch, tmp_path, engine):
+    """Where graphs run, the first draft takes the prompt's 24 pairs padded to 32 (one graph per
+    width): the padding's K/V land past the committed length and every tree stays the same."""
+    target, e3 = _pair(tmp_path, "qwen3", scale=20.0)
+    plain = _recorded_trees(Engine(engine, target, None, n_max=64, eagle3=e3))
+    monkeypatch.setattr(static_engine, "GraphRunner", PaddingRunner)
+    padded_engine = Engine(engine, target, None, n_max=64, eagle3=e3)
+    padded = _recorded_trees(padded_engine)
+    assert [k for k in padded_engine.static.runner.keys if k[0] == "eagle3_take_in"] == [("eagle3_take_in", 256, 32)]
+    assert padded[0] == plain[0] and len(padded[1]) == len(plain[1]) >= NEW // 4
+    for a, b in zip(plain[1], padded[1]):
+        assert all(torch.equal(x, y) for x, y in zip(a, b))
 
 
 @pytest.mark.parametrize("family", ["qwen3", "llama31"])

@@ -17,6 +17,7 @@ import torch
 from bastion.costmodel.model import StepOverheads
 from bastion.engines.choice import check_engine
 from bastion.engines.eager import EagerDecoder
+from bastion.engines import static_engine
 from bastion.engines.factory import Engine
 from bastion.engines.static_cache import ContextTooLongError
 from bastion.engines.static_decoder import StaticDecoder
@@ -24,7 +25,7 @@ from bastion.engines.static_engine import StaticEngine
 from bastion.models.target import Target
 from bastion.speculative.policy import TreePolicy
 from tests.support.builders import EOS_ID, tiny_drafter, tiny_target
-from tests.support.decoding import POLICIES, OracleDecoder, _ar, _cost_model, oracle_logits
+from tests.support.decoding import POLICIES, OracleDecoder, PaddingRunner, _ar, _cost_model, oracle_logits
 
 
 def oracle_engine(*a, reference: list[int], prompt_len: int, hit: float, seed: int, **kw) -> StaticEngine:
@@ -70,9 +71,13 @@ def _same(eager, static) -> None:
     ]
 
 
-@pytest.mark.parametrize("family,block_size,fused", [("qwen3", 2, False), ("qwen3", 8, False), ("llama", 2, False),
-                                                     ("llama", 8, False), ("qwen3", 8, True), ("llama", 5, True)])
-def test_real_drafters_static_equals_eager(family, block_size, fused):
+@pytest.mark.parametrize("family,block_size,fused,padded", [
+    ("qwen3", 2, False, False), ("qwen3", 8, False, False), ("llama", 2, False, False), ("llama", 8, False, False),
+    ("qwen3", 8, True, False), ("llama", 5, True, False), ("qwen3", 8, True, True), ("llama", 2, False, True)])
+def test_real_drafters_static_equals_eager(monkeypatch, family, block_size, fused, padded):
+    """``padded``: the prompts' and the catch-ups' drafts as graphs run them, their rows padded in ``wide``."""
+    if padded:
+        monkeypatch.setattr(static_engine, "GraphRunner", PaddingRunner)
     model = tiny_target(family, seed=11, scale=3.0)
     target = Target(model)
     drafter = tiny_drafter(model, block_size=block_size, seed=block_size)
@@ -105,6 +110,8 @@ def test_real_drafters_static_equals_eager(family, block_size, fused):
             skipped += sum(not s.drafted for s in static.steps if method == "bastion_plus")
     assert engine.buffers.max_context >= 30 + 40  # grew past its initial size
     assert skipped > 0
+    wide = [k for k in getattr(engine.runner, "keys", []) if k[0] == "take_in"]
+    assert bool(wide) == padded and all(k[2] >= block_size and k[2] & (k[2] - 1) == 0 for k in wide), wide
 
 
 @pytest.mark.parametrize("policy", POLICIES, ids=lambda p: f"b{p.budget}-min{p.n_min}-max{p.n_max}-k{p.topk}")

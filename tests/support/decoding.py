@@ -7,6 +7,7 @@ import torch
 from bastion.costmodel.model import CostModel, CostParams, StepOverheads
 from bastion.costmodel.roofline import HardwarePeaks, ModelShape
 from bastion.engines.eager import EagerDecoder
+from bastion.engines.graphs import GraphRunner
 from bastion.models.target import Target
 from bastion.speculative.policy import TreePolicy
 
@@ -55,3 +56,16 @@ POLICIES = [
     TreePolicy(n_min=16, n_max=512),
     TreePolicy(n_min=3, n_max=64, rounding=None),
 ]
+
+
+class PaddingRunner(GraphRunner):
+    """Runs every function eagerly but reports graphs as enabled, so that the engine takes the
+    paths it takes for graphs on a CPU: the wide drafts padded to a power of two."""
+
+    def __init__(self, device: torch.device, enabled: bool = True, warmup: int = 2) -> None:
+        super().__init__(device, enabled=False, warmup=warmup)
+        self.enabled, self.keys = enabled, []
+
+    def __call__(self, key, fn, writes=()) -> None:
+        self.keys.append(key)
+        fn()
