@@ -4,8 +4,9 @@ Real weights and real prompts (the stdlib-heldout set), so acceptance is the pai
 every phase is timed with a device synchronisation on both sides (``collect_stats``), so
 the phases add up to the step.  Fixed BASTION budgets need no calibration; the adaptive
 rules (``bastion:`` and ``bastion_plus:``, no budget) take their costs from
-``--calibration``.  A method whose steps do not all draft (``bastion_plus`` at T > 0) gets
-a row for its drafted steps and one for the others besides its whole.
+``--calibration``.  Every method but AR gets a row for the prompts' first steps (their
+draft takes in the whole prompt), and one whose later steps do not all draft
+(``bastion_plus`` at T > 0) a row for those that draft and one for the others.
 
     python -m benchmarks.tiny_phases --engine compiled --threads 1 \\
         --methods ar:,dflash:,bastion:8,bastion:16,bastion:32
@@ -81,20 +82,30 @@ def main(argv=None) -> int:
         decoder = _decoder(engine, method, budget, args, cal)
         seeded = lambda i: torch.Generator(device=args.device).manual_seed(i)  # noqa: E731  sampling draws on the device
         decoder.generate(prompts[0], 32, args.temperature, [], seeded(0))  # warm-up
-        steps, tokens = [], 0
+        steps, firsts, tokens = [], [], 0
         for i, p in enumerate(prompts[1:], 1):
             res = decoder.generate(p, args.tokens, args.temperature, [], seeded(i),
                                    collect_stats=True)
             steps += res.steps
+            firsts.append(res.steps[0])
             tokens += len(res.output_ids)
         label = method + (f" b{budget}" if budget else "")
         print(_row(label, steps, tokens))
-        drafted = [s for s in steps if s.drafted]
-        if 0 < len(drafted) < len(steps) and method != "ar":
-            others = [s for s in steps if not s.drafted]
-            print(_row("  drafted", drafted, sum(s.committed for s in drafted)))
-            print(_row("  no draft", others, sum(s.committed for s in others)))
+        _split_rows(method, steps, firsts)
     return 0
+
+
+def _split_rows(method: str, steps: list, firsts: list) -> None:
+    """The prompts' first steps apart (their draft takes in the whole prompt), then the drafted
+    steps and those without a draft where a method has both."""
+    if method == "ar":
+        return
+    later = [s for s in steps if all(s is not f for f in firsts)]
+    print(_row("  first steps", firsts, sum(s.committed for s in firsts)))
+    drafted = [s for s in later if s.drafted]
+    for name, part in (("  later, drafted", drafted), ("  later, no draft", [s for s in later if not s.drafted])):
+        if part and len(drafted) < len(later):
+            print(_row(name, part, sum(s.committed for s in part)))
 
 
 if __name__ == "__main__":
