@@ -12,6 +12,8 @@ draft takes in the whole prompt), and one whose later steps do not all draft
         --methods ar:,dflash:,bastion:8,bastion:16,bastion:32
     python -m benchmarks.tiny_phases --engine compiled --threads 1 --temperature 1 \\
         --calibration results/<hardware>/tiny/calibration_sampled.json --methods ar:,bastion_plus:
+    python -m benchmarks.tiny_phases --engine compiled --device cuda --threads 0 --prompts 8 --passes 2 \\
+        --n-min 32 --calibration results/<hardware>/tiny/calibration.json --methods ar:,bastion:,eagle3:3/1/5
 """
 
 from __future__ import annotations
@@ -43,8 +45,30 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--calibration", help="calibration.json of this device: the adaptive rules' costs")
     ap.add_argument("--n-min", type=int, default=16, help="the adaptive rules' minimum tree")
     ap.add_argument("--methods", default="ar:,dflash:,bastion:8,bastion:16,bastion:32",
-                    help="method:budget pairs; an empty budget for ar, dflash and the adaptive rules")
+                    help="method:budget pairs; an empty budget for ar, dflash and the adaptive rules; "
+                         "eagle3:depth/top-k/tokens (e.g. eagle3:3/1/5) for the bundled EAGLE-3 head")
+    ap.add_argument("--passes", type=int, default=0,
+                    help="decode the measured prompts this many times first, unsynchronised, and print each pass's rate")
     return ap
+
+
+def _eagle3_engine(args: argparse.Namespace, target, drafter, tree: str, dtype: torch.dtype) -> Engine:
+    """An engine with the bundled EAGLE-3 head bound at ``tree`` (depth/top-k/tokens)."""
+    from bastion.models.eagle3 import Eagle3Drafter
+    from bastion.speculative.methods import Eagle3Policy
+
+    head = models.load_eagle3_head(models.resolve_eagle3("tiny"), target, "tiny", dtype, args.device)
+    policy = Eagle3Policy(*(int(v) for v in tree.split("/")))
+    return Engine(args.engine, target, drafter, n_max=256, eagle3=Eagle3Drafter.bind(head, target, policy))
+
+
+def _rates(decoder, prompts: list, args: argparse.Namespace, seeded) -> str:
+    """Tokens per second of each unsynchronised pass over ``prompts`` (decode seconds only)."""
+    rates = []
+    for _ in range(args.passes):
+        results = [decoder.generate(p, args.tokens, args.temperature, [], seeded(i)) for i, p in enumerate(prompts, 1)]
+        rates.append(sum(len(r.output_ids) for r in results) / sum(r.decode_seconds for r in results))
+    return ", ".join(f"{r:,.0f}" for r in rates)
 
 
 def _decoder(engine: Engine, method: str, budget: str, args: argparse.Namespace, cal: Calibration | None):
@@ -79,9 +103,14 @@ def main(argv=None) -> int:
     print(f"{'method':<20} {'steps':>6} {'tau':>5} {'step':>7} " + " ".join(f"{p[2:]:>7}" for p in PHASES))
     for item in args.methods.split(","):
         method, _, budget = item.partition(":")
-        decoder = _decoder(engine, method, budget, args, cal)
+        if method == "eagle3":
+            decoder = _eagle3_engine(args, target, drafter, budget or "3/1/5", dtype).decoder("eagle3")
+        else:
+            decoder = _decoder(engine, method, budget, args, cal)
         seeded = lambda i: torch.Generator(device=args.device).manual_seed(i)  # noqa: E731  sampling draws on the device
         decoder.generate(prompts[0], 32, args.temperature, [], seeded(0))  # warm-up
+        if args.passes:
+            print(f"{item}: tok/s of {args.passes} passes over the prompts: {_rates(decoder, prompts[1:], args, seeded)}")
         steps, firsts, tokens = [], [], 0
         for i, p in enumerate(prompts[1:], 1):
             res = decoder.generate(p, args.tokens, args.temperature, [], seeded(i),
@@ -89,7 +118,7 @@ def main(argv=None) -> int:
             steps += res.steps
             firsts.append(res.steps[0])
             tokens += len(res.output_ids)
-        label = method + (f" b{budget}" if budget else "")
+        label = method + (f" {budget}" if method == "eagle3" else f" b{budget}" if budget else "")
         print(_row(label, steps, tokens))
         _split_rows(method, steps, firsts)
     return 0
