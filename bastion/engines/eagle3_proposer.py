@@ -15,8 +15,9 @@ other step functions, and it runs before the step's one host read.  Its context 
 always takes the path width of pairs (the root and the longest path a step can accept);
 the pairs past the accepted count land past the committed length, where the mask hides
 them until the next draft writes over them.  The first draft takes in the whole prompt,
-eagerly.  On the compiled engine the head's layer and the tree's rounds run as fused
-functions (:class:`~bastion.engines.fused_eagle3.FusedEagle3Head`), on the same cache.
+its pairs padded to a power of two where graphs run (:meth:`StaticEagle3.first`).  On the
+compiled engine the head's layer and the tree's rounds run as fused functions
+(:class:`~bastion.engines.fused_eagle3.FusedEagle3Head`), on the same cache.
 """
 
 from __future__ import annotations

@@ -73,7 +73,8 @@ class StaticProposer(Protocol):
         """Make (or remake, for larger buffers) its own buffers; ``bufs`` are the engine's new ones."""
 
     def first(self, run: GraphRunner, ids: torch.Tensor, first: torch.Tensor, features: torch.Tensor | None) -> None:
-        """The first draft, over the whole prompt ``ids`` [1, P] (one-off shapes: eager)."""
+        """The first draft, over the whole prompt ``ids`` [1, P] (padded to a power of two where graphs run, so a
+        graph per width serves every prompt; eager where they do not and past the padded buffers)."""
 
     def step(self, run: GraphRunner, committed: int) -> None:
         """A step's draft through ``run``, the host having read ``committed`` tokens (the device may be a step ahead)."""
