@@ -55,10 +55,11 @@ def _parser() -> argparse.ArgumentParser:
 def _eagle3_engine(args: argparse.Namespace, target, drafter, tree: str, dtype: torch.dtype) -> Engine:
     """An engine with the bundled EAGLE-3 head bound at ``tree`` (depth/top-k/tokens)."""
     from bastion.models.eagle3 import Eagle3Drafter
+    from bastion.runs.checks import check_eagle3_tree
     from bastion.speculative.methods import Eagle3Policy
 
     head = models.load_eagle3_head(models.resolve_eagle3("tiny"), target, "tiny", dtype, args.device)
-    policy = Eagle3Policy(*(int(v) for v in tree.split("/")))
+    policy = Eagle3Policy(*check_eagle3_tree(tree, head.config.draft_vocab_size, "--methods eagle3:"))
     return Engine(args.engine, target, drafter, n_max=256, eagle3=Eagle3Drafter.bind(head, target, policy))
 
 
@@ -111,30 +112,29 @@ def main(argv=None) -> int:
         decoder.generate(prompts[0], 32, args.temperature, [], seeded(0))  # warm-up
         if args.passes:
             print(f"{item}: tok/s of {args.passes} passes over the prompts: {_rates(decoder, prompts[1:], args, seeded)}")
-        steps, firsts, tokens = [], [], 0
+        firsts, later, tokens = [], [], 0
         for i, p in enumerate(prompts[1:], 1):
             res = decoder.generate(p, args.tokens, args.temperature, [], seeded(i),
                                    collect_stats=True)
-            steps += res.steps
             firsts.append(res.steps[0])
+            later += res.steps[1:]
             tokens += len(res.output_ids)
         label = method + (f" {budget}" if method == "eagle3" else f" b{budget}" if budget else "")
-        print(_row(label, steps, tokens))
-        _split_rows(method, steps, firsts)
+        print(_row(label, firsts + later, tokens))
+        if method != "ar":
+            _split_rows(firsts, later)
     return 0
 
 
-def _split_rows(method: str, steps: list, firsts: list) -> None:
-    """The prompts' first steps apart (their draft takes in the whole prompt), then the drafted
-    steps and those without a draft where a method has both."""
-    if method == "ar":
-        return
-    later = [s for s in steps if all(s is not f for f in firsts)]
+def _split_rows(firsts: list, later: list) -> None:
+    """The prompts' first steps apart (their draft takes in the whole prompt), then the later
+    steps with a draft and those without, where a method has both."""
     print(_row("  first steps", firsts, sum(s.committed for s in firsts)))
     drafted = [s for s in later if s.drafted]
-    for name, part in (("  later, drafted", drafted), ("  later, no draft", [s for s in later if not s.drafted])):
-        if part and len(drafted) < len(later):
-            print(_row(name, part, sum(s.committed for s in part)))
+    if 0 < len(drafted) < len(later):
+        others = [s for s in later if not s.drafted]
+        print(_row("  later, drafted", drafted, sum(s.committed for s in drafted)))
+        print(_row("  later, no draft", others, sum(s.committed for s in others)))
 
 
 if __name__ == "__main__":

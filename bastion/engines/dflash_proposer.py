@@ -27,13 +27,11 @@ import torch
 from bastion.engines.compiled import Compilation
 from bastion.engines.graphs import GraphRunner
 from bastion.engines.proposer import Accepted, Draft
-from bastion.engines.static_buffers import StepBuffers
+from bastion.engines.static_buffers import WIDE_ROWS, StepBuffers, padded_width
 from bastion.engines.static_cache import StaticContextKV
 from bastion.engines.static_layers import FusedLayers
 from bastion.models.target import Target
 from dflash import DFlashDraftModel
-
-WIDE_ROWS = 1024  # the most context rows a draft takes in through a captured graph (longer prompts: eager)
 
 
 def _checked(drafter: DFlashDraftModel) -> DFlashDraftModel:
@@ -142,8 +140,8 @@ class StaticDFlash:
         ``wide``'s rows and where no graphs run (a CPU: nothing to capture, and padding costs arithmetic)."""
         w = feats.shape[1]
         self.pend_count.fill_(w)
-        width = max(self.width, 1 << (w - 1).bit_length())
-        if not run.enabled or width > self.wide.shape[1]:
+        width = padded_width(w, self.width, self.wide.shape[1])
+        if not run.enabled or not width:
             self.draft(kv, feats)
             return
         self.wide[:, :w].copy_(feats)
@@ -162,8 +160,10 @@ class StaticDFlash:
         """Draft logits [b - 1, V] for depths 1..b-1; the drafter's K/V window is ``[0, kv)``."""
         e, b, w = self.bufs, self.width, feats.shape[1]
         start = e.length - self.pend_count  # first new context position
-        # padding rows past the capacity write into its last slot, which no live row or window reaches
-        self.dcache.write_index = (start + e.arange[:w]).clamp(max=self.dcache.capacity - 1)
+        index = start + e.arange[:w]
+        if w > b:  # a padded wide draft: rows past the capacity write its last slot, which no live row or window reaches
+            index = index.clamp(max=self.dcache.capacity - 1)
+        self.dcache.write_index = index
         self.dcache.kv_len = kv
         block = self.block_ids.clone()
         block[0] = e.root

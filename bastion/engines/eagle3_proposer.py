@@ -25,11 +25,10 @@ from __future__ import annotations
 import torch
 
 from bastion.engines.compiled import Compilation
-from bastion.engines.dflash_proposer import WIDE_ROWS
-from bastion.engines.fused_eagle3 import step_pairs
+from bastion.engines.fused_eagle3 import pair_masks, step_pairs
 from bastion.engines.graphs import GraphRunner
 from bastion.engines.proposer import Accepted, Draft
-from bastion.engines.static_buffers import StepBuffers
+from bastion.engines.static_buffers import WIDE_ROWS, StepBuffers, padded_width
 from bastion.engines.static_cache import StaticHeadKV
 from bastion.engines.static_layers import FusedLayers
 from bastion.models.eagle3 import Eagle3Drafter
@@ -97,8 +96,8 @@ class StaticEagle3:
         """
         p, kv = ids.shape[1], self.bufs.window(ids.shape[1])
         pairs = (features[0], torch.cat([ids[0, 1:], first]))
-        width = 1 << (p - 1).bit_length()
-        if not run.enabled or width > self.wide[1].shape[0]:
+        width = padded_width(p, 1, self.wide[1].shape[0])
+        if not run.enabled or not width:
             self.draft(kv, pairs)
             return
         for buf, part in zip(self.wide, pairs):
@@ -126,11 +125,9 @@ class StaticEagle3:
             feats, next_tokens = prompt
             m = next_tokens.numel()
             last = m - 1 if last is None else last  # the root's pair
-            # the pairs' positions, and where their K/V go: padding past the head's capacity into its last slot,
-            # which the tree's entries write over
-            pos = (bufs.length - (last + 1) + bufs.arange[:m]).clamp(max=self.cache.capacity - 1)
-            causal = (bufs.arange[:kv][None, :] <= pos[:, None])[None, None]  # [1, 1, m, kv]
-            visible = bufs.arange[:kv] < bufs.length  # the committed pairs, the new ones included
+            pos, causal, visible = pair_masks(last, bufs.arange, bufs.length, m, kv)
+            # padding pairs past the head's capacity write its last slot, which the tree's entries write over
+            pos = pos.clamp(max=self.cache.capacity - 1)
         else:  # the accepted count is the root's pair; the pairs' tokens: the accepted drafts, then the bonus
             m, feats = self.width, self.pend[: self.width]
             pairs = fused.pairs if fused is not None else step_pairs

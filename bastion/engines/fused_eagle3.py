@@ -94,9 +94,16 @@ def step_pairs(readback, arange, length, width: int, kv: int):
     """
     last = readback[Readback.COUNT]
     ids = torch.where(arange[:width] == last, readback[-1], readback[Readback.PATH : Readback.PATH + width])
+    return last, ids, *pair_masks(last, arange, length, width, kv)
+
+
+def pair_masks(last, arange, length, width: int, kv: int):
+    """``width`` pairs whose ``last`` one (0-d or int) is the root's, ending at the committed
+    ``length``: their positions [width] (where their K/V go), their causal mask over the
+    window [1, 1, width, kv] and the window's committed entries [kv]."""
     pos = length - (last + 1) + arange[:width]
     causal = (arange[:kv][None, :] <= pos[:, None])[None, None]
-    return last, ids, pos, causal, arange[:kv] < length
+    return pos, causal, arange[:kv] < length
 
 
 def context_inputs(features, positions, fc_w, fc_b, rotary):

@@ -20,6 +20,17 @@ from bastion.speculative.accept import Readback
 from bastion.speculative.tree import Tree
 
 
+WIDE_ROWS = 1024  # the most context rows a first draft or a catch-up takes in through a captured graph
+
+
+def padded_width(rows: int, least: int, most: int) -> int:
+    """The rows a draft over ``rows`` context rows takes where graphs run: the next power of two,
+    at least ``least``, so that one graph per width serves every prompt of that size; 0 past
+    ``most`` (the proposer's wide buffer), where the draft runs eagerly instead."""
+    width = max(least, 1 << (rows - 1).bit_length())
+    return width if width <= most else 0
+
+
 def round_up(x: int, k: int) -> int:
     return -(-x // k) * k
 
