@@ -128,8 +128,9 @@ def fit_cost_model(
         raise ValueError("latencies must be positive")
     w = default_weights(s_arr, y) if weights is None else np.asarray(weights, dtype=np.float64)
     one = s_arr == 1
-    trees = ~one if one.any() and (~one).sum() >= 4 else np.ones_like(one)
-    row = fit_row(c_arr[one], y[one]) if not trees.all() else None
+    own_line = bool(one.any()) and int((~one).sum()) >= 4  # else the one curve fits every point
+    trees = ~one if own_line else np.ones_like(one)
+    row = fit_row(c_arr[one], y[one]) if own_line else None
     params = fit_params(roofline_terms(shape, peaks, s_arr[trees], c_arr[trees]), y[trees], w[trees])
     return CostModel(shape, peaks, params, row=row)
 
