@@ -8,16 +8,35 @@ the tests treat every engine alike.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol, Sequence, runtime_checkable
 
 import torch
 
 from bastion.costmodel.model import CostModel, StepOverheads
 from bastion.models.target import Target
-from bastion.results.generation import GenerationResult
+from bastion.results.generation import GenerationResult, StepStats
 from bastion.speculative.gate import DraftGate
 from bastion.speculative.methods import MethodSpec, method_spec
 from bastion.speculative.policy import TreePolicy
+
+
+@dataclass(kw_only=True)
+class DecodeRun:
+    """What one ``generate`` call carries from step to step, on either engine (each adds its own)."""
+
+    max_new_tokens: int
+    stops: set[int]
+    temperature: float
+    generator: torch.Generator | None
+    clock: Callable[[], object]
+    hint: int  # about twice the last tree: where the adaptive search starts
+    gate: DraftGate | None = None  # whether a step drafts (this project's rule; None: every step does)
+    learning: tuple | None = None  # the last drafted tree's (depth mass, accepted, shift), for the surrogate's fit
+    output: list[int] = field(default_factory=list)
+    steps: list[StepStats] = field(default_factory=list)
+    done: bool = False
+    stop_reason: str = "max_new_tokens"
 
 
 @runtime_checkable

@@ -14,13 +14,13 @@ methods return identical ids.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 import torch
 
 from bastion.costmodel.model import CostModel, StepOverheads, rule_inputs
-from bastion.engines.base import check_fits, check_method, draft_gate, emit, prompt_tensor
+from bastion.engines.base import DecodeRun, check_fits, check_method, draft_gate, emit, prompt_tensor
 from bastion.engines.choice import sync
 from bastion.engines.proposer import Accepted, Draft
 from bastion.engines.proposers import eager_proposer
@@ -28,32 +28,19 @@ from bastion.models.eagle3 import Eagle3Drafter
 from bastion.models.target import Target
 from bastion.results.generation import GenerationResult, StepStats
 from bastion.speculative.accept import Readback, accept, propose
-from bastion.speculative.gate import DraftGate
 from bastion.speculative.surrogate import SurrogateFit
 from bastion.speculative.policy import TreePolicy
 from bastion.speculative.tree import Tree, build_tree_topk, chain_tree, draft_topk, root_tree, topk_width
 from dflash import DFlashDraftModel
 
 
-@dataclass
-class _Decode:
+@dataclass(kw_only=True)
+class _Decode(DecodeRun):
     """One ``generate`` call's state between steps."""
 
-    max_new_tokens: int
-    stops: set[int]
-    temperature: float
-    generator: torch.Generator | None
-    clock: Callable[[], float]
     cache: object  # the target's growing KV cache
     root: torch.Tensor  # 0-d: the last committed token, not yet seen by the target
-    hint: int  # about twice the last tree: where the adaptive search starts
-    gate: DraftGate | None = None  # whether a step drafts (this project's rule; None: every step does)
     unseen: tuple | None = None  # the last drafted step's (committed, nodes, context), for the gate after the next decision
-    learning: tuple | None = None  # the last drafted tree's (depth mass, accepted, shift), for the surrogate's fit
-    output: list[int] = field(default_factory=list)
-    steps: list[StepStats] = field(default_factory=list)
-    done: bool = False
-    stop_reason: str = "max_new_tokens"
 
 
 class EagerDecoder:
@@ -138,8 +125,8 @@ class EagerDecoder:
         gate = self.gate if self.spec.gated(temperature) else None
         if gate is not None:
             gate.restart()
-        run = _Decode(max_new_tokens, stops, temperature, generator, clock, cache, first[0], 2 * self.policy.n_min,
-                      gate)
+        run = _Decode(max_new_tokens=max_new_tokens, stops=stops, temperature=temperature, generator=generator,
+                      clock=clock, cache=cache, root=first[0], hint=2 * self.policy.n_min, gate=gate)
         run.output.append(int(first.item()))
         run.stop_reason = "stop_token" if run.output[0] in stops else "max_new_tokens"
         run.done = run.output[0] in stops or len(run.output) >= max_new_tokens

@@ -28,49 +28,36 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import torch
 
 from bastion.costmodel.model import CostModel, StepOverheads, rule_inputs
-from bastion.engines.base import check_fits, check_method, draft_gate, emit, prompt_tensor
+from bastion.engines.base import DecodeRun, check_fits, check_method, draft_gate, emit, prompt_tensor
 from bastion.engines.choice import sync
 from bastion.engines.static_engine import StaticEngine
 from bastion.engines.step_clock import intervals, step_clock
 from bastion.results.generation import GenerationResult, StepStats
 from bastion.speculative.accept import Readback, propose
-from bastion.speculative.gate import DraftGate
 from bastion.speculative.policy import TreePolicy
 from bastion.speculative.search import AdaptiveSearch
 from bastion.speculative.surrogate import SurrogateFit
 from bastion.speculative.tree import topk_width
 
 
-@dataclass
-class _Decode:
+@dataclass(kw_only=True)
+class _Decode(DecodeRun):
     """One ``generate`` call's host-side state."""
 
-    max_new_tokens: int
-    stops: set[int]
-    temperature: float
-    generator: torch.Generator | None
-    clock: Callable[[], object]
     width: int  # tokens a depth the tree phase may select (ranked trees)
-    hint: int  # about twice the last tree: where the adaptive search starts
-    gate: DraftGate | None = None  # whether a step drafts (this project's rule; None: every step does)
     fitting: bool = False  # the surrogate's correction is learned (this project's adaptive rule at T > 0)
     shift: float = 0.0  # the correction this step's ranking reads, and the pending step's
     pending_shift: float = 0.0
-    learning: tuple | None = None  # the last drafted tree's (depth mass, accepted, shift), for the fit
-    output: list[int] = field(default_factory=list)
-    steps: list[StepStats] = field(default_factory=list)
     marks: list[tuple] = field(default_factory=list)  # (stats, phase stamps) of every step
     pending: StepStats | None = None  # the verified step whose tokens are not read yet
     prompt: tuple | None = None  # (ids [1, P], first token [1], features [1, P, F]) until the first draft reads them
     context: int = 0  # committed length, as the host last read it
     first_step: bool = True
-    done: bool = False
-    stop_reason: str = "max_new_tokens"
 
     @property
     def greedy(self) -> bool:
@@ -133,8 +120,8 @@ class StaticDecoder:
         vocab = self.target.lm_head.weight.shape[0]
         self.policy, self.search = self.policies[temperature > 0], self.searches[temperature > 0]
         gate = self.gate if self.spec.gated(temperature) else None
-        run = _Decode(max_new_tokens, set(int(t) for t in stop_token_ids), temperature, generator, clock,
-                      width=topk_width(self.policy, vocab) if self.spec.ranked else 0, hint=2 * self.policy.n_min,
+        run = _Decode(max_new_tokens=max_new_tokens, stops=set(int(t) for t in stop_token_ids), temperature=temperature,
+                      generator=generator, clock=clock, width=topk_width(self.policy, vocab) if self.spec.ranked else 0, hint=2 * self.policy.n_min,
                       gate=gate, fitting=self.fit is not None and temperature > 0, context=prompt_len)
         if gate is not None:
             gate.restart()
