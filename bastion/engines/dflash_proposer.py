@@ -108,8 +108,12 @@ class StaticDFlash:
         vocab = int(self.target.lm_head.weight.shape[0])
         self.draft_out = torch.zeros(b - 1, vocab, dtype=dtype, device=dev)
         self.block_ids = torch.full((b,), int(d.mask_token_id), dtype=torch.long, device=dev)
-        self.backlog: list[torch.Tensor] = []  # [1, r, F] context rows of steps without a draft, in order
+        # a draft's context rows when they are more than a step's: the prompt's, or those set aside by steps
+        # without a draft (``held`` of them on the device, ``held_rows`` as the host counts them); its last
+        # row takes the set-aside writes past the count, so no live row ever lands there
         self.wide = torch.zeros(1, min(WIDE_ROWS, bufs.capacity), feat_dim, dtype=dtype, device=dev)
+        self.held = torch.zeros((), dtype=torch.long, device=dev)
+        self.held_rows = 0
 
     def window(self, committed: int) -> int:
         """The drafter's attention window when the host has read ``committed`` tokens.
@@ -121,36 +125,46 @@ class StaticDFlash:
         return self.bufs.window(committed + ahead)
 
     def first(self, run: GraphRunner, ids: torch.Tensor, first: torch.Tensor, features: torch.Tensor | None) -> None:
-        """The first draft takes in the whole prompt's features."""
-        self.backlog = []
-        self.take_in(run, self.window(ids.shape[1]), features)
+        """The first draft takes in the whole prompt's features (eagerly past ``wide``'s rows)."""
+        self.held_rows = 0
+        self.held.zero_()
+        kv, w = self.window(ids.shape[1]), features.shape[1]
+        if w >= self.wide.shape[1]:
+            self.pend_count.fill_(w)
+            self.draft(kv, features)
+            return
+        self.wide[:, :w].copy_(features)
+        self.take_in(run, kv, w)
 
     def step(self, run: GraphRunner, committed: int) -> None:
         kv = self.window(committed)  # the context grows by at most a block a step
-        if self.backlog:  # steps without a draft went before: their rows, then the last (AR) step's
-            feats = torch.cat([*self.backlog, self.pend[:, :1]], dim=1)  # [1, W, F]
-            self.backlog = []
-            self.take_in(run, kv, feats)
+        if self.held_rows:  # steps without a draft went before: their rows, then the last (AR) step's
+            w = self.held_rows
+            self.wide[:, w].copy_(self.pend[:, 0])
+            self.held_rows = 0
+            self.held.zero_()
+            self.take_in(run, kv, w + 1)
             return
         run(("draft", kv), lambda: self.draft(kv, self.pend))
 
-    def take_in(self, run: GraphRunner, kv: int, feats: torch.Tensor) -> None:
-        """A draft whose context rows ``feats`` [1, W, F] are more than a step's: padded to a power of
-        two in ``wide`` where graphs run (the rows past W are padding, as in ``pend``), eager past
-        ``wide``'s rows and where no graphs run (a CPU: nothing to capture, and padding costs arithmetic)."""
-        w = feats.shape[1]
+    def take_in(self, run: GraphRunner, kv: int, w: int) -> None:
+        """A draft over the first ``w`` rows of ``wide``: padded to a power of two where graphs run (the
+        rows past ``w`` are padding, as in ``pend``), eager where none run (a CPU: nothing to capture,
+        and padding costs arithmetic)."""
         self.pend_count.fill_(w)
         width = padded_width(w, self.width, self.wide.shape[1])
         if not run.enabled or not width:
-            self.draft(kv, feats)
+            self.draft(kv, self.wide[:, :w])
             return
-        self.wide[:, :w].copy_(feats)
         run(("take_in", kv, width), lambda: self.draft(kv, self.wide[:, :width]))
 
     def hold(self, rows: int) -> None:
-        """Keep the first ``rows`` of the next draft's context rows: a step without a draft is about to
-        overwrite them, and the next draft must take them in (this project's rule's AR steps)."""
-        self.backlog.append(self.pend[:, :rows].clone())
+        """The next commit (:meth:`keep_root` with ``hold``) sets aside the ``rows`` states :meth:`keep` kept
+        last; the next draft takes them in first.  Only counted here: the rows move on the device."""
+        if self.held_rows + rows + 1 >= self.wide.shape[1]:
+            raise RuntimeError(f"{self.held_rows + rows} context rows set aside by steps without a draft do not "
+                               f"fit the {self.wide.shape[1] - 1} rows of the wide buffer; draft sooner")
+        self.held_rows += rows
 
     def draft(self, kv: int, feats: torch.Tensor) -> None:
         """Drafter forward for the block at the committed length; ``feats`` [1, W, F] enter its context first."""
@@ -187,10 +201,16 @@ class StaticDFlash:
         self.pend[0, :b].copy_(self.features.index_select(0, keep[:b]))
         self.pend_count.copy_(count + 1)
 
-    def keep_root(self) -> None:
-        """:meth:`keep` of a one-node tree (every kept index 0, count 0), without the gather."""
-        self.pend[0, : self.width].copy_(self.features[:1].expand(self.width, -1))
+    def keep_root(self, hold: bool = False) -> None:
+        """:meth:`keep` of a one-node tree (every kept index 0, count 0), without the gather; with ``hold``
+        (a step without a draft) the rows :meth:`keep` kept last go after those set aside first."""
+        b, arange = self.width, self.bufs.arange[: self.width]
+        if hold:  # rows past the count go to wide's last row, which no draft reads
+            rows = torch.where(arange < self.pend_count, self.held + arange, self.wide.shape[1] - 1)  # [b]
+            self.wide[0].index_copy_(0, rows, self.pend[0])
+            self.held.add_(self.pend_count)
+        self.pend[0, :b].copy_(self.features[:1].expand(b, -1))
         self.pend_count.fill_(1)
 
     def state(self) -> list[torch.Tensor]:
-        return [self.pend, self.pend_count]
+        return [self.pend, self.pend_count, self.wide, self.held]

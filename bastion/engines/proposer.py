@@ -85,12 +85,13 @@ class StaticProposer(Protocol):
     def keep(self, keep: torch.Tensor, count: torch.Tensor) -> None:
         """Inside commit: keep the accepted nodes' states (``keep`` [width] path order, ``count`` 0-d) for the next draft."""
 
-    def keep_root(self) -> None:
-        """:meth:`keep` of a one-node tree (a step without a draft), the same states kept more cheaply."""
+    def keep_root(self, hold: bool = False) -> None:
+        """:meth:`keep` of a one-node tree, the same states kept more cheaply; with ``hold`` (a step without a
+        draft) the states :meth:`keep` kept last are first set aside, on the device, for the next :meth:`step`."""
 
     def hold(self, rows: int) -> None:
-        """Before a step without a draft commits: set aside the ``rows`` states :meth:`keep` kept last, which the
-        next :meth:`step` takes in first (only the proposers of methods that skip drafts are asked)."""
+        """Before a step without a draft commits: count the ``rows`` states its :meth:`keep_root` sets aside,
+        which the next :meth:`step` takes in first (only the proposers of methods that skip drafts are asked)."""
 
     def state(self) -> list[torch.Tensor]:
         """Tensors :meth:`keep` updates in place (restored after a capture's warm-up runs)."""
@@ -128,7 +129,7 @@ class NoDraft:
     def keep(self, keep: torch.Tensor, count: torch.Tensor) -> None:
         pass
 
-    def keep_root(self) -> None:
+    def keep_root(self, hold: bool = False) -> None:
         pass
 
     def hold(self, rows: int) -> None:

@@ -223,8 +223,9 @@ class StaticDecoder:
             if lossy:
                 b.proposals[:n].copy_(logits.argmax(dim=-1))
         te = run.clock()
-        if n == 1 and not lossy:  # AR's step, or one of this project's rule that did not draft
-            eng.runner(("commit_root", taps), lambda: eng.commit_root(taps), writes=eng.state())
+        if n == 1 and not lossy:  # AR's step, or one of this project's rule that did not draft (it holds)
+            hold = taps is not None and not drafted
+            eng.runner(("commit_root", taps, hold), lambda: eng.commit_root(taps, hold), writes=eng.state())
         else:
             eng.runner(("commit", n, taps, lossy), lambda: eng.steps.commit(n, taps, lossy), writes=eng.state())
         tf = run.clock()

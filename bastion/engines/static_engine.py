@@ -207,17 +207,19 @@ class StaticEngine:
         b.tree_depths[:1].zero_()
         b.tree_anc[:1, :1].fill_(True)
 
-    def commit_root(self, taps: str | None = None) -> None:
+    def commit_root(self, taps: str | None = None, hold: bool = False) -> None:
         """:meth:`commit` of a one-node tree, never compiled: the root's proposal is the next
         token, and the root's K/V already sit at the committed length, so nothing moves.
 
-        With ``taps`` (a step of this project's rule that did not draft) the root's tapped
-        states become the next draft's context, as :meth:`commit` keeps them, without the
-        general commit's gathers over the cache (about 0.2 ms of a 5.5 ms step on a CPU).
+        With ``taps`` the root's tapped states become the next draft's context, as
+        :meth:`commit` keeps them, without the general commit's gathers over the cache
+        (about 0.2 ms of a 5.5 ms step on a CPU); with ``hold`` (a step of this project's
+        rule that did not draft) the states kept before them are set aside for the next
+        draft, on the device, so that such a step adds no host work to AR's step.
         """
         b = self.buffers
         if taps is not None:
-            self.proposers[taps].keep_root()
+            self.proposers[taps].keep_root(hold)
         bonus = b.proposals[:1]
         b.readback[self.layout.COUNT].zero_()
         b.readback[self.layout.bonus :].copy_(bonus)
