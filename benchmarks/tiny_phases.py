@@ -2,9 +2,10 @@
 
 Real weights and real prompts (the stdlib-heldout set), so acceptance is the pair's own;
 every phase is timed with a device synchronisation on both sides (``collect_stats``), so
-the phases add up to the step.  Fixed BASTION budgets need no calibration; the adaptive
-rules (``bastion:`` and ``bastion_plus:``, no budget) take their costs from
-``--calibration``.  Every method but AR gets a row for the prompts' first steps (their
+the phases add up to the step; with ``--events`` (CUDA) by events instead, so the decode
+runs as it does untimed and the GPU's wait for the host falls in the phase it
+interrupts.  Fixed BASTION budgets need no calibration; the adaptive rules (``bastion:``
+and ``bastion_plus:``, no budget) take their costs from ``--calibration``.  Every method but AR gets a row for the prompts' first steps (their
 draft takes in the whole prompt), and one whose later steps do not all draft
 (``bastion_plus`` at T > 0) a row for those that draft and one for the others.
 
@@ -14,6 +15,8 @@ draft takes in the whole prompt), and one whose later steps do not all draft
         --calibration results/<hardware>/tiny/calibration_sampled.json --methods ar:,bastion_plus:
     python -m benchmarks.tiny_phases --engine compiled --device cuda --threads 0 --prompts 8 --passes 2 \\
         --n-min 32 --calibration results/<hardware>/tiny/calibration.json --methods ar:,bastion:,eagle3:3/1/5
+    python -m benchmarks.tiny_phases --engine compiled --device cuda --threads 0 --prompts 12 --events \\
+        --n-min 32 --calibration results/<hardware>/tiny/calibration.json --methods ar:,dflash:,bastion:
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--methods", default="ar:,dflash:,bastion:8,bastion:16,bastion:32",
                     help="method:budget pairs; an empty budget for ar, dflash and the adaptive rules; "
                          "eagle3:depth/top-k/tokens (e.g. eagle3:3/1/5) for the bundled EAGLE-3 head")
+    ap.add_argument("--events", action="store_true",
+                    help="time the phases by CUDA events, the decode unsynchronised (CUDA only)")
     ap.add_argument("--passes", type=int, default=0,
                     help="decode the measured prompts this many times first, unsynchronised, and print each pass's rate")
     return ap
@@ -89,6 +94,8 @@ def _row(label: str, steps: list, tokens: int) -> str:
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    if args.events and not args.device.startswith("cuda"):
+        raise SystemExit(f"--events times phases by CUDA events: give --device cuda, not {args.device}")
     if args.threads:
         torch.set_num_threads(args.threads)
     dtype = torch.float32 if args.device == "cpu" else torch.bfloat16
@@ -115,7 +122,7 @@ def main(argv=None) -> int:
         firsts, later, tokens = [], [], 0
         for i, p in enumerate(prompts[1:], 1):
             res = decoder.generate(p, args.tokens, args.temperature, [], seeded(i),
-                                   collect_stats=True)
+                                   collect_stats="events" if args.events else True)
             firsts.append(res.steps[0])
             later += res.steps[1:]
             tokens += len(res.output_ids)
