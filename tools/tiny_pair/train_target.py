@@ -218,19 +218,159 @@ def _table(rows: list[tuple[str, str]]) -> None:
     print("-" * (w + 44), flush=True)
 
 
+class _Run:
+    """One training run: the model (and its compiled forward), the optimiser with its warm-up and
+    cosine schedule, and the sampler of training windows, on one device."""
+
+    def __init__(self, args: argparse.Namespace, model, windows, device) -> None:
+        import torch
+
+        self.args, self.model, self.windows, self.device = args, model, windows, device
+        self.amp_dtype = {"auto": torch.bfloat16 if device.type == "cuda" else None, "bf16": torch.bfloat16,
+                          "fp32": None}[args.precision]
+        self.forward = torch.compile(model) if args.compile else model
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        no_decay = [p for p in model.parameters() if p.dim() < 2]
+        self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
+                                      {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.95))
+        self.warmup = args.warmup_steps if args.warmup_steps is not None else max(1, args.steps // 20)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, self.lr_mult)
+        self.sampler = WindowSampler(windows["train"].shape[0], args.seed)
+        self.tokens_per_step = args.batch_size * args.seq_len
+
+    def lr_mult(self, step: int) -> float:
+        """Linear warm-up, then a cosine down to ``min_lr_ratio``."""
+        args = self.args
+        if step < self.warmup:
+            return (step + 1) / self.warmup
+        prog = min(1.0, (step - self.warmup) / max(1, args.steps - self.warmup))
+        return args.min_lr_ratio + (1 - args.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * prog))
+
+    def autocast(self):
+        import torch
+
+        dtype = self.amp_dtype or torch.float32
+        return torch.autocast(self.device.type, dtype=dtype, enabled=self.amp_dtype is not None)
+
+    def step(self) -> float:
+        """One optimiser step on a batch of random training windows; returns its loss."""
+        import torch
+
+        rows = self.sampler.take(self.args.batch_size)
+        ids = self.windows["train"][rows].to(self.device, non_blocking=True)  # [B, T]
+        with self.autocast():
+            loss = lm_loss(self.forward, ids)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.args.grad_clip)
+        self.opt.step()
+        self.sched.step()
+        return float(loss.detach())
+
+    def sync(self) -> None:
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def evaluate(self, split: str, max_tokens: int = 0) -> float:
+        return evaluate(self.model, self.windows[split], self.args.batch_size, self.device, self.autocast, max_tokens)
+
+
+def _rate(run: _Run, n_params: int, train_tokens: int) -> dict[str, Any]:
+    """``--tokens-per-second``: time ``--bench-steps`` steps after a warm-up one and project the run."""
+    args = run.args
+    run.step()  # warm-up (allocator, kernels, compile)
+    run.sync()
+    t = time.perf_counter()
+    for _ in range(args.bench_steps):
+        run.step()
+    run.sync()
+    dt = (time.perf_counter() - t) / args.bench_steps
+    res = {"tokens_per_s": run.tokens_per_step / dt, "s_per_step": dt, "params": n_params,
+           "projected_s": dt * args.steps, "device": str(run.device)}
+    _table([("params", f"{n_params:,}"), ("device", str(run.device)),
+            ("batch x seq", f"{args.batch_size} x {args.seq_len}"),
+            ("s/step", f"{dt:.4f}"), ("tokens/s", f"{res['tokens_per_s']:,.0f}"),
+            ("projected", f"{res['projected_s']:.1f} s for --steps {args.steps} "
+                          f"({args.steps * run.tokens_per_step / train_tokens:.1f} epochs)")])
+    return res
+
+
+def _train(run: _Run, log_path: Path) -> tuple[float, dict[str, Any]]:
+    """Every step, a record of the running loss every ``--log-every`` (with the validation loss every
+    ``--val-every``) into ``log_path``; returns (training seconds, the last record)."""
+    from tqdm.auto import tqdm
+
+    args = run.args
+    log = open(log_path, "w", encoding="utf-8")
+    bar = tqdm(total=args.steps, disable=args.no_progress, desc="target", dynamic_ncols=True)
+    t_start = t_log = time.perf_counter()
+    run_loss, run_n = 0.0, 0
+    rec: dict[str, Any] = {}
+    try:
+        for step in range(1, args.steps + 1):
+            run_loss += run.step()
+            run_n += 1
+            bar.update(1)
+            if step % args.log_every == 0 or step == args.steps:
+                now = time.perf_counter()
+                rec = {"step": step, "loss": run_loss / run_n, "lr": run.sched.get_last_lr()[0],
+                       "tokens_per_s": run_n * run.tokens_per_step / max(now - t_log, 1e-9), "epoch": run.sampler.epoch}
+                if args.val_every and step % args.val_every == 0:
+                    rec["valid_loss"] = run.evaluate("valid", args.eval_max_tokens)
+                log.write(json.dumps(rec) + "\n")
+                log.flush()
+                bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens_per_s']:.0f}")
+                run_loss, run_n, t_log = 0.0, 0, time.perf_counter()
+    finally:
+        bar.close()
+        log.close()
+    run.sync()
+    return time.perf_counter() - t_start, rec
+
+
+def _metrics(run: _Run, splits: dict, n_params: int, train_s: float) -> dict[str, Any]:
+    """Each split's loss and perplexity (capped at ``--eval-max-tokens``, the training split also at
+    ``--train-eval-tokens``), with the run's size and speed."""
+    args = run.args
+
+    def cap(split: str) -> int:
+        caps = [c for c in (args.eval_max_tokens, args.train_eval_tokens if split == "train" else 0) if c]
+        return min(caps) if caps else 0
+
+    losses = {s: run.evaluate(s, cap(s)) for s in SPLITS}
+    seen = args.steps * run.tokens_per_step
+    return {
+        "steps": args.steps, "params": n_params, "train_seconds": train_s,
+        "tokens_seen": seen, "epochs": seen / len(splits["train"]),
+        "tokens_per_s": seen / max(train_s, 1e-9), "device": str(run.device),
+        "split_tokens": {s: int(len(v)) for s, v in splits.items()},
+        "eval_tokens": {s: cap(s) or int(len(v)) for s, v in splits.items()},
+        **{f"{s}_loss": v for s, v in losses.items()},
+        **{f"{s}_ppl": math.exp(min(v, 50.0)) for s, v in losses.items()},
+        "args": vars(args),
+    }
+
+
+def _save(model, tokenizer, eos_id: int, target_dir: Path) -> None:
+    """The target in bf16 safetensors (the only format Transformers 5 writes) with its tokenizer."""
+    import torch
+
+    model.to(torch.bfloat16)
+    model.config.dtype = torch.bfloat16
+    model.generation_config.eos_token_id = eos_id
+    model.generation_config.pad_token_id = eos_id
+    model.save_pretrained(str(target_dir))
+    tokenizer.save_pretrained(str(target_dir))
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
     import torch
-    from tqdm.auto import tqdm
     from transformers import AutoTokenizer
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    amp_dtype = {"auto": torch.bfloat16 if device.type == "cuda" else None, "bf16": torch.bfloat16,
-                 "fp32": None}[args.precision]
-
-    def autocast():
-        return torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None)
-
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     tok_dir = Path(args.tokenizer)
@@ -238,9 +378,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     eos_id = tokenizer.eos_token_id
     if eos_id is None:
         raise SystemExit(f"tokenizer {tok_dir} has no EOS token; the corpus separator needs one")
-    corpus = Path(args.corpus)
     t_tok = time.perf_counter()
-    splits = {s: load_split(corpus, s, tokenizer, tok_dir, out / "tokens") for s in SPLITS}
+    splits = {s: load_split(Path(args.corpus), s, tokenizer, tok_dir, out / "tokens") for s in SPLITS}
     t_tok = time.perf_counter() - t_tok
     windows = {s: pack(ids, args.seq_len) for s, ids in splits.items()}
     print("tokens: " + ", ".join(f"{s} {len(v):,}" for s, v in splits.items())
@@ -249,104 +388,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.manual_seed(args.seed)
     model = build_model(args, len(tokenizer), eos_id).to(device).train()
     n_params = sum(p.numel() for p in model.parameters())
-    fwd = torch.compile(model) if args.compile else model
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.95))
-    warmup = args.warmup_steps if args.warmup_steps is not None else max(1, args.steps // 20)
-
-    def lr_mult(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        prog = min(1.0, (step - warmup) / max(1, args.steps - warmup))
-        return args.min_lr_ratio + (1 - args.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * prog))
-
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_mult)
-    sampler = WindowSampler(windows["train"].shape[0], args.seed)
-    tok_per_step = args.batch_size * args.seq_len
-
-    def train_step() -> float:
-        ids = windows["train"][sampler.take(args.batch_size)].to(device, non_blocking=True)  # [B, T]
-        with autocast():
-            loss = lm_loss(fwd, ids)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
-        opt.step()
-        sched.step()
-        return float(loss.detach())
-
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
+    run = _Run(args, model, windows, device)
     if args.tokens_per_second:
-        train_step()  # warm-up (allocator, kernels, compile)
-        sync()
-        t = time.perf_counter()
-        for _ in range(args.bench_steps):
-            train_step()
-        sync()
-        dt = (time.perf_counter() - t) / args.bench_steps
-        res = {"tokens_per_s": tok_per_step / dt, "s_per_step": dt, "params": n_params,
-               "projected_s": dt * args.steps, "device": str(device)}
-        _table([("params", f"{n_params:,}"), ("device", str(device)), ("batch x seq", f"{args.batch_size} x {args.seq_len}"),
-                ("s/step", f"{dt:.4f}"), ("tokens/s", f"{res['tokens_per_s']:,.0f}"),
-                ("projected", f"{res['projected_s']:.1f} s for --steps {args.steps} "
-                              f"({args.steps * tok_per_step / len(splits['train']):.1f} epochs)")])
-        return res
-
-    log_path = out / "train_log.jsonl"
-    log = open(log_path, "w", encoding="utf-8")
-    bar = tqdm(total=args.steps, disable=args.no_progress, desc="target", dynamic_ncols=True)
-    t_start = t_log = time.perf_counter()
-    run_loss, run_n = 0.0, 0
-    rec: dict[str, Any] = {}
-    try:
-        for step in range(1, args.steps + 1):
-            run_loss += train_step()
-            run_n += 1
-            bar.update(1)
-            if step % args.log_every == 0 or step == args.steps:
-                now = time.perf_counter()
-                rec = {"step": step, "loss": run_loss / run_n, "lr": sched.get_last_lr()[0],
-                       "tokens_per_s": run_n * tok_per_step / max(now - t_log, 1e-9), "epoch": sampler.epoch}
-                if args.val_every and step % args.val_every == 0:
-                    rec["valid_loss"] = evaluate(model, windows["valid"], args.batch_size, device, autocast,
-                                                 args.eval_max_tokens)
-                log.write(json.dumps(rec) + "\n")
-                log.flush()
-                bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens_per_s']:.0f}")
-                run_loss, run_n, t_log = 0.0, 0, time.perf_counter()
-    finally:
-        bar.close()
-        log.close()
-    sync()
-    train_s = time.perf_counter() - t_start
-
-    def cap(split: str) -> int:
-        caps = [c for c in (args.eval_max_tokens, args.train_eval_tokens if split == "train" else 0) if c]
-        return min(caps) if caps else 0
-
-    losses = {s: evaluate(model, windows[s], args.batch_size, device, autocast, cap(s)) for s in SPLITS}
-    metrics = {
-        "steps": args.steps, "params": n_params, "train_seconds": train_s,
-        "tokens_seen": args.steps * tok_per_step, "epochs": args.steps * tok_per_step / len(splits["train"]),
-        "tokens_per_s": args.steps * tok_per_step / max(train_s, 1e-9), "device": str(device),
-        "split_tokens": {s: int(len(v)) for s, v in splits.items()},
-        "eval_tokens": {s: cap(s) or int(len(v)) for s, v in splits.items()},
-        **{f"{s}_loss": v for s, v in losses.items()},
-        **{f"{s}_ppl": math.exp(min(v, 50.0)) for s, v in losses.items()},
-        "args": vars(args),
-    }
+        return _rate(run, n_params, len(splits["train"]))
+    train_s, rec = _train(run, out / "train_log.jsonl")
+    metrics = _metrics(run, splits, n_params, train_s)
     target_dir = out / "target"
-    model.to(torch.bfloat16)
-    model.config.dtype = torch.bfloat16
-    model.generation_config.eos_token_id = eos_id
-    model.generation_config.pad_token_id = eos_id
-    model.save_pretrained(str(target_dir))  # safetensors (the only format Transformers 5 writes)
-    tokenizer.save_pretrained(str(target_dir))
+    _save(model, tokenizer, eos_id, target_dir)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
     _table([("params", f"{n_params:,}"), ("steps", f"{args.steps} ({metrics['epochs']:.2f} epochs)"),
             ("train time", f"{train_s:.1f} s ({metrics['tokens_per_s']:,.0f} tokens/s on {device})"),
