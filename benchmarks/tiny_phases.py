@@ -5,9 +5,10 @@ every phase is timed with a device synchronisation on both sides (``collect_stat
 the phases add up to the step; with ``--events`` (CUDA) by events instead, so the decode
 runs as it does untimed and the GPU's wait for the host falls in the phase it
 interrupts.  Fixed BASTION budgets need no calibration; the adaptive rules (``bastion:``
-and ``bastion_plus:``, no budget) take their costs from ``--calibration``.  Every method but AR gets a row for the prompts' first steps (their
-draft takes in the whole prompt), and one whose later steps do not all draft
-(``bastion_plus`` at T > 0) a row for those that draft and one for the others.
+and ``bastion_plus:``, no budget) take their costs from ``--calibration``.  Every method
+but AR gets a row for the prompts' first steps (their draft takes in the whole prompt),
+and one whose later steps do not all draft (``bastion_plus`` at T > 0) a row for those
+that draft and one for the others.
 
     python -m benchmarks.tiny_phases --engine compiled --threads 1 \\
         --methods ar:,dflash:,bastion:8,bastion:16,bastion:32

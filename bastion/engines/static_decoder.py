@@ -120,9 +120,10 @@ class StaticDecoder:
         vocab = self.target.lm_head.weight.shape[0]
         self.policy, self.search = self.policies[temperature > 0], self.searches[temperature > 0]
         gate = self.gate if self.spec.gated(temperature) else None
-        run = _Decode(max_new_tokens=max_new_tokens, stops=set(int(t) for t in stop_token_ids), temperature=temperature,
-                      generator=generator, clock=clock, width=topk_width(self.policy, vocab) if self.spec.ranked else 0, hint=2 * self.policy.n_min,
-                      gate=gate, fitting=self.fit is not None and temperature > 0, context=prompt_len)
+        run = _Decode(max_new_tokens=max_new_tokens, stops=set(int(t) for t in stop_token_ids),
+                      temperature=temperature, generator=generator, clock=clock, hint=2 * self.policy.n_min,
+                      width=topk_width(self.policy, vocab) if self.spec.ranked else 0, gate=gate,
+                      fitting=self.fit is not None and temperature > 0, context=prompt_len)
         if gate is not None:
             gate.restart()
         if run.fitting:
