@@ -161,9 +161,10 @@ class StaticDFlash:
     def hold(self, rows: int) -> None:
         """The next commit (:meth:`keep_root` with ``hold``) sets aside the ``rows`` states :meth:`keep` kept
         last; the next draft takes them in first.  Only counted here: the rows move on the device."""
-        if self.held_rows + rows + 1 >= self.wide.shape[1]:
-            raise RuntimeError(f"{self.held_rows + rows} context rows set aside by steps without a draft do not "
-                               f"fit the {self.wide.shape[1] - 1} rows of the wide buffer; draft sooner")
+        need, room = self.held_rows + rows + 1, self.wide.shape[1] - 1  # the next draft adds the last step's row
+        if need > room:
+            raise RuntimeError(f"{need} context rows (those set aside by steps without a draft, and the last "
+                               f"step's) do not fit the {room} rows of the wide buffer; draft sooner")
         self.held_rows += rows
 
     def draft(self, kv: int, feats: torch.Tensor) -> None:
