@@ -103,19 +103,28 @@ def matching_state(folder: Path, expected: dict[str, tuple[int, ...]], dtype: to
     state = read_state_dict(folder)
     # Older exports sometimes carry a "model." prefix; accept it, nothing else.
     state = {k.removeprefix("model."): v for k, v in state.items()}
+    check_state_shapes(state, expected, folder, "drafter")
+    return {k: v.to(dtype) for k, v in state.items()}
+
+
+def check_state_shapes(state: dict[str, torch.Tensor], expected: dict[str, tuple[int, ...]], folder: Path,
+                       what: str, error: type[CheckpointError] = CheckpointError) -> None:
+    """Refuse ``state`` unless its tensors are exactly ``expected`` (name -> shape), naming the missing,
+    unexpected and misshapen ones (the first few of each): a file of another shape must never load
+    half-matched, whichever model it is for (``what``: "drafter", "EAGLE-3")."""
     missing = sorted(expected.keys() - state.keys())
     unexpected = sorted(state.keys() - expected.keys())
+    lead = f"{what} weights in {folder} do not match its config.json: "
     if missing or unexpected:
-        raise CheckpointError(
-            f"drafter weights in {folder} do not match its config.json: "
-            f"missing {missing[:8]}{'...' if len(missing) > 8 else ''}, "
-            f"unexpected {unexpected[:8]}{'...' if len(unexpected) > 8 else ''}"
-        )
+        raise error(lead + f"missing {_first(missing, 8)}, unexpected {_first(unexpected, 8)}")
     wrong = [f"{k}: file {tuple(state[k].shape)}, config {expected[k]}" for k in sorted(expected)
              if tuple(state[k].shape) != expected[k]]
     if wrong:
-        raise CheckpointError(f"drafter weights in {folder} do not match its config.json: " + "; ".join(wrong[:6]))
-    return {k: v.to(dtype) for k, v in state.items()}
+        raise error(lead + "; ".join(wrong[:6]))
+
+
+def _first(names: list[str], k: int) -> str:
+    return f"{names[:k]}{'...' if len(names) > k else ''}"
 
 
 def write_checkpoint(config: DFlashConfig, state: dict[str, torch.Tensor], folder: str | os.PathLike) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..checkpoint import CheckpointError, resolve_checkpoint_dir
+from ..checkpoint import CheckpointError, check_state_shapes, resolve_checkpoint_dir
 from .config import Eagle3Config
 from .model import Eagle3Head
 
@@ -132,17 +132,7 @@ def load_eagle3(
     with torch.device("meta"):
         head = Eagle3Head(config, with_embeddings="embed_tokens.weight" in state)
     expected = {k: tuple(v.shape) for k, v in head.state_dict().items() if not k.startswith("rotary_emb")}
-    missing = sorted(expected.keys() - state.keys())
-    unexpected = sorted(state.keys() - expected.keys())
-    if missing or unexpected:
-        raise Eagle3CheckpointError(
-            f"EAGLE-3 weights in {folder} do not match its config.json: missing tensors {missing}, "
-            f"unexpected tensors {unexpected}"
-        )
-    wrong = [f"{k}: file {tuple(state[k].shape)}, config {expected[k]}" for k in sorted(expected)
-             if tuple(state[k].shape) != expected[k]]
-    if wrong:
-        raise Eagle3CheckpointError(f"EAGLE-3 weights in {folder} do not match its config.json: " + "; ".join(wrong))
+    check_state_shapes(state, expected, folder, "EAGLE-3", Eagle3CheckpointError)
     cast = {k: (v if k in ("d2t", "t2d") else v.to(dtype)) for k, v in state.items()}
     cast["d2t"], cast["t2d"] = cast["d2t"].long(), cast["t2d"].bool()
     head.load_state_dict(cast, strict=False, assign=True)  # strict by the checks above; rope is rebuilt
