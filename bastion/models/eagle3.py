@@ -16,7 +16,7 @@ import torch
 
 from bastion.models.target import Target
 from bastion.speculative.methods import Eagle3Policy
-from bastion.speculative.tree import Tree, ancestor_matrix
+from bastion.speculative.tree import Tree
 from dflash.eagle3.config import eagle3_layer_ids
 from dflash.eagle3.model import Eagle3Head, Eagle3KVCache
 from dflash.eagle3.tree import Eagle3Tree, draft_tree, grow_tree
@@ -70,11 +70,10 @@ class Eagle3Drafter:
         t = grow_tree(self.head, cache, root_hidden, root, visible, position, p.total_tokens, p.depth, p.top_k)
         return self.finish(t, position)
 
-    def finish(self, tree: Eagle3Tree, position: int | torch.Tensor, ancestors: Callable = ancestor_matrix) -> Tree:
+    def finish(self, tree: Eagle3Tree, position: int | torch.Tensor, ancestors: Callable | None = None) -> Tree:
         """The decoders' tree (ancestors compiled) for a drafted one whose root's children sit at ``position``.
 
-        ``ancestors``: :func:`~bastion.speculative.tree.ancestor_matrix`, or the compiled
-        engine's fused copy of it.
+        ``ancestors``: the compiled engine's fused copy of
+        :func:`~bastion.speculative.tree.ancestor_matrix` (None: the function itself).
         """
-        depths, anc = ancestors(tree.parents, self.policy.depth + 1)
-        return Tree(tokens=tree.tokens, parents=tree.parents, depths=depths, ancestors=anc)
+        return Tree.from_parents(tree.tokens, tree.parents, self.policy.depth + 1, ancestors)

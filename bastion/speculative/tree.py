@@ -45,6 +45,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
@@ -73,9 +74,11 @@ class Tree:
         return int(self.tokens.shape[0])
 
     @classmethod
-    def from_parents(cls, tokens: torch.Tensor, parents: torch.Tensor, max_depth: int) -> "Tree":
-        """Compile ``tokens``/``parents`` (parents[0] == -1, parent before child not required)."""
-        depths, ancestors = ancestor_matrix(parents, max_depth)
+    def from_parents(cls, tokens: torch.Tensor, parents: torch.Tensor, max_depth: int,
+                     ancestors_of: Callable | None = None) -> "Tree":
+        """Compile ``tokens``/``parents`` (parents[0] == -1, parent before child not required);
+        ``ancestors_of``: a compiled copy of :func:`ancestor_matrix` (None: the function)."""
+        depths, ancestors = (ancestors_of or ancestor_matrix)(parents, max_depth)
         return cls(tokens=tokens, parents=parents, depths=depths, ancestors=ancestors)
 
 
