@@ -91,11 +91,9 @@ class TreePhase:
             got, self.host_walk = rank_walk(self.logq.numpy(), m, policy, curve, fixed_cost)
             nodes.fill_(self.host_walk.count)
             return got
-        logp, depth, local, par_local, rank_ = top_paths(self.logq, m)
+        p = self.paths
+        logp = top_paths(self.logq, m, (self.logp, p["depth"], p["local"], p["par_local"], p["rank"]))[0]
         got = logp.shape[0]
-        for name, t in (("depth", depth), ("local", local), ("par_local", par_local), ("rank", rank_)):
-            self.paths[name][:got].copy_(t)
-        self.logp[:got].copy_(logp)
         if policy.budget is not None:
             nodes.fill_(min(policy.budget, got + 1))
         else:

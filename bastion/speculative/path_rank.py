@@ -16,7 +16,8 @@ give the same paths bit for bit:
   same order as a stable descending sort (negation is exact).
 - :func:`_rank_triton` (CUDA with Triton): each round gives every candidate its place by
   counting, with binary searches, the candidates that sort before it, and writes the
-  kept ones to their places: one launch per round (see :mod:`bastion.speculative.path_rank_kernels`).
+  kept ones to their places; every round runs in one launch, its programs meeting at a
+  grid-wide barrier between rounds (see :mod:`bastion.speculative.path_rank_kernels`).
   PyTorch's top-k makes several one-block passes over a few thousand numbers per round;
   fifteen dependent rounds of it cost 0.82 ms of a 512-node step on an H200.
 
@@ -26,6 +27,7 @@ Both read the same fp32 sums ``prev[row] + logq[d, col]``, computed the same way
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -80,18 +82,23 @@ def candidates(p: int, k: int, take: int, device: torch.device) -> torch.Tensor:
     return _CANDIDATES[key]
 
 
-def top_paths(logq: torch.Tensor, m: int) -> tuple[torch.Tensor, ...]:
+def top_paths(logq: torch.Tensor, m: int, out: tuple[torch.Tensor, ...] | None = None) -> tuple[torch.Tensor, ...]:
     """The ``m`` most probable paths over all depths (root excluded), best first.
 
     ``logq`` [D, K] fp32, each row sorted descending.  Returns (logp, depth, local index,
-    parent's local index, token rank), each [min(m, paths kept)].
+    parent's local index, token rank), each [min(m, paths kept)]; with ``out`` (five
+    buffers of at least that length: fp32, then int64) they are written there and the
+    returned tensors are views of it (the Triton kernel writes them in place).
     """
     ranked: list[tuple[torch.Tensor, ...]] = []
-    if run_triton("path_rank", logq.device, lambda: ranked.append(_rank_triton(logq, m))):
+    if run_triton("path_rank", logq.device, lambda: ranked.append(_rank_triton(logq, m, out))):
         return ranked[0]
-    if logq.device.type == "cpu" and not torch_references_forced():
-        return _rank_numpy(logq, m)
-    return _rank_torch(logq, m)
+    found = _rank_numpy(logq, m) if logq.device.type == "cpu" and not torch_references_forced() else _rank_torch(logq, m)
+    if out is None:
+        return found
+    for buf, t in zip(out, found):
+        buf[: t.shape[0]].copy_(t)
+    return tuple(buf[: t.shape[0]] for buf, t in zip(out, found))
 
 
 def _rank_torch(logq: torch.Tensor, m: int) -> tuple[torch.Tensor, ...]:
@@ -145,38 +152,55 @@ def _rank_numpy(logq: torch.Tensor, m: int) -> tuple[torch.Tensor, ...]:
     return tuple(torch.from_numpy(a) for a in (all_v[order], depth[order], local[order], all_i // k, all_i % k))
 
 
-def _rank_triton(logq: torch.Tensor, m: int) -> tuple[torch.Tensor, ...]:
+def _rank_triton(logq: torch.Tensor, m: int, out: tuple[torch.Tensor, ...] | None = None) -> tuple[torch.Tensor, ...]:
     from bastion.speculative import path_rank_kernels as kern
 
     d_max, k = logq.shape
-    logq = logq.contiguous()
+    plan = rank_plan(d_max, k, m, logq.device)
     depth, local = layout(d_max, k, m, logq.device)
-    offsets, sizes, longest = _lists(d_max, k, m, logq.device)
-    n = depth.shape[0]
-    all_v = torch.empty(n, dtype=torch.float32, device=logq.device)  # every round's kept paths, depth-major
-    all_i = torch.empty(n, dtype=torch.long, device=logq.device)
-    prev, off, p = logq.new_zeros(1), 0, 1
-    for d in range(d_max):
-        take = min(m, p * k)
-        v, i = all_v[off : off + take], all_i[off : off + take]
-        kern.rank_round(prev, logq[d], candidates(p, k, take, logq.device), v, i, take, k)
-        prev, off, p = v, off + take, take
-    got = min(m, n)
-    out = torch.empty(got, dtype=torch.float32, device=logq.device), *(
-        torch.empty(got, dtype=torch.long, device=logq.device) for _ in range(4))
-    kern.rank_final(all_v, all_i, depth, local, offsets, sizes, longest, got, k, *out)
+    n, got = depth.shape[0], min(m, depth.shape[0])
+    if out is None:
+        out = torch.empty(got, dtype=torch.float32, device=logq.device), *(
+            torch.empty(got, dtype=torch.long, device=logq.device) for _ in range(4))
+    out = tuple(t[:got] for t in out)
+    values = torch.empty(n, dtype=torch.float32, device=logq.device)  # every round's kept paths, depth-major
+    flat = torch.empty(n, dtype=torch.long, device=logq.device)
+    if logq.stride(1) != 1:
+        logq = logq.contiguous()
+    kern.rank_paths(logq, plan.table, plan.candidates, depth, local, plan.most, values, flat, out)
     return out
 
 
-_LISTS: dict[tuple[int, int, int, str], tuple[torch.Tensor, torch.Tensor, int]] = {}
+@dataclass(frozen=True)
+class RankPlan:
+    """The rounds of a ranking of ``m`` paths over [D, K] log-probabilities, for the one-launch kernel."""
+
+    table: torch.Tensor  # [6, D] int32: per round, its candidates' offset and count, the parents kept (at most
+    # ``take`` of them), the paths kept (``take``), the start of the list it reads and of the list it writes
+    candidates: torch.Tensor  # the rounds' candidates (flat indices, :func:`candidates`), concatenated
+    most: tuple[int, int, int]  # the most candidates of a round, parents of a round, and paths of one depth
 
 
-def _lists(d_max: int, k: int, m: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """Start and length [D] (int32) of each depth's kept list in the depth-major layout, and the longest."""
+_PLANS: dict[tuple[int, int, int, str], RankPlan] = {}
+
+
+def rank_plan(d_max: int, k: int, m: int, device: torch.device) -> RankPlan:
+    """The :class:`RankPlan` of (D, K, m): fixed by the shapes, so cached (made outside any graph capture)."""
     key = (d_max, k, m, str(device))
-    if key not in _LISTS:
+    if key not in _PLANS:
         sizes = _kept(d_max, k, m)
+        parents = [1] + sizes[:-1]  # the root, then each depth's kept paths
+        cands = [candidates(p, k, take, device) for p, take in zip(parents, sizes)]
+        counts = [c.shape[0] for c in cands]
         starts = [sum(sizes[:d]) for d in range(d_max)]
-        as_t = lambda x: torch.tensor(x, dtype=torch.int32).to(device)  # noqa: E731
-        _LISTS[key] = (as_t(starts), as_t(sizes), max(sizes))
-    return _LISTS[key]
+        rows = [
+            [sum(counts[:d]) for d in range(d_max)],
+            counts,
+            [min(p, take) for p, take in zip(parents, sizes)],
+            sizes,
+            [0] + starts[:-1],  # the list a round reads (round 0 reads the root, which the kernel knows)
+            starts,
+        ]
+        table = torch.tensor(rows, dtype=torch.int32).to(device)
+        _PLANS[key] = RankPlan(table, torch.cat(cands), (max(counts), max(rows[2]), max(sizes)))
+    return _PLANS[key]

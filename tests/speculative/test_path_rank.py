@@ -83,12 +83,17 @@ def test_cuda_dispatch_runs_the_compiled_kernels():
     """On CUDA with Triton, ``top_paths`` runs the kernels (through ``fused.run_triton``), with the reference's paths."""
     from bastion.speculative import fused
 
+    from bastion.speculative.path_rank_kernels import sync_counters
+
     g = torch.Generator().manual_seed(5)
-    for d_max, k, m in ((15, 16, 31), (15, 128, 255), (3, 4, 7)):
+    for d_max, k, m in ((15, 16, 31), (15, 128, 255), (15, 128, 1023), (3, 4, 7)):
         logq = _sorted_rows(torch.log_softmax(torch.randn(d_max, k * 2, generator=g) * 3, dim=-1))[:, :k].cuda()
-        got, ref = top_paths(logq, m), _rank_torch(logq, m)
-        assert all(torch.equal(a, b) for a, b in zip(got, ref)), (d_max, k, m)
+        tied = (logq * 2).round() / 2  # many exact ties within and across depths
+        for q in (logq, tied, logq):  # the last again: the barrier's counters were reset
+            got, ref = top_paths(q, m), _rank_torch(q, m)
+            assert all(torch.equal(a, b) for a, b in zip(got, ref)), (d_max, k, m)
     assert fused._WORKS.get(("path_rank", str(logq.device))) is True
+    assert sync_counters(logq.device).tolist() == [0, 0, 0]  # no barrier gave up; reset after every launch
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -113,7 +118,7 @@ def test_failing_kernels_fall_back_to_the_reference_once(monkeypatch):
 
     calls = []
 
-    def broken(logq, m):
+    def broken(logq, m, out=None):
         calls.append(m)
         raise RuntimeError("no kernel image for this device")
 
@@ -142,16 +147,27 @@ def test_draft_topk_equals_log_softmax_topk():
 KERNEL_CHECK = textwrap.dedent("""
     import torch
     from bastion.speculative.path_rank import _rank_torch, _rank_triton
+    from bastion.speculative.path_rank_kernels import sync_counters
     g = torch.Generator().manual_seed(0)
     cases = []
     for d, k, m in [(15, 128, 63), (3, 128, 300), (4, 8, 31), (3, 5, 200), (6, 16, 100), (2, 3, 1)]:
         drafted = torch.log_softmax(torch.randn(d, 400, generator=g) * 2, -1).sort(-1, descending=True).values[:, :k]
         tied = (torch.randint(-12, 0, (d, k), generator=g).float() / 2).sort(-1, descending=True).values
         cases += [(drafted.contiguous(), m), (tied.contiguous(), m)]
+    # a view of each depth's first 40 of 128 (the tree phase's select writes such views), written into
+    # longer buffers, as the static engine's ranking runs it
+    wide = torch.log_softmax(torch.randn(15, 400, generator=g) * 2, -1).sort(-1, descending=True).values[:, :128]
+    cases.append((wide.contiguous()[:, :40], 63))
     for logq, m in cases:
-        ref, got = _rank_torch(logq, m), _rank_triton(logq, m)
+        ref, got = _rank_torch(logq.contiguous(), m), _rank_triton(logq, m)
         for name, a, b in zip(("logp", "depth", "local", "parent", "rank"), ref, got):
             assert a.dtype == b.dtype and torch.equal(a, b), (tuple(logq.shape), m, name, a[:8], b[:8])
+    out = (torch.full((80,), 9.0), *(torch.full((80,), -5, dtype=torch.long) for _ in range(4)))
+    got = _rank_triton(*cases[-1], out)
+    assert all(torch.equal(a, b) and b.data_ptr() == o.data_ptr() for a, b, o in zip(ref, got, out))
+    assert all(bool((o[63:] == o[79]).all()) for o in out), "nothing written past the paths"
+    counters = sync_counters(cases[0][0].device).tolist()
+    assert counters == [0, 0, 0], counters  # every barrier passed, and the counters reset for the next launch
     print("kernels equal the reference on", len(cases), "cases")
 """)
 
@@ -161,4 +177,4 @@ def test_triton_kernels_equal_the_reference_bit_for_bit():
     env = {**os.environ, "TRITON_INTERPRET": "1"}  # the kernels' code, run on the CPU
     proc = subprocess.run([sys.executable, "-c", KERNEL_CHECK], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "kernels equal the reference on 12 cases" in proc.stdout
+    assert "kernels equal the reference on 13 cases" in proc.stdout
