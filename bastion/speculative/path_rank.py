@@ -16,8 +16,9 @@ give the same paths bit for bit:
   same order as a stable descending sort (negation is exact).
 - :func:`_rank_triton` (CUDA with Triton): each round gives every candidate its place by
   counting, with binary searches, the candidates that sort before it, and writes the
-  kept ones to their places; every round runs in one launch, its programs meeting at a
-  grid-wide barrier between rounds (see :mod:`bastion.speculative.path_rank_kernels`).
+  kept ones to their places: one launch per round (see :mod:`bastion.speculative.path_rank_kernels`).
+  One launch for all rounds, its programs meeting at a grid-wide barrier between rounds,
+  was slower on an H200 (docs/performance.md, "Path ranking").
   PyTorch's top-k makes several one-block passes over a few thousand numbers per round;
   fifteen dependent rounds of it cost 0.82 ms of a 512-node step on an H200.
 
@@ -27,7 +28,6 @@ Both read the same fp32 sums ``prev[row] + logq[d, col]``, computed the same way
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -156,51 +156,47 @@ def _rank_triton(logq: torch.Tensor, m: int, out: tuple[torch.Tensor, ...] | Non
     from bastion.speculative import path_rank_kernels as kern
 
     d_max, k = logq.shape
-    plan = rank_plan(d_max, k, m, logq.device)
+    if logq.stride(1) != 1:  # a round reads its depth's row as one vector; a row-strided view serves as it is
+        logq = logq.contiguous()
     depth, local = layout(d_max, k, m, logq.device)
-    n, got = depth.shape[0], min(m, depth.shape[0])
+    offsets, sizes, longest = _lists(d_max, k, m, logq.device)
+    n = depth.shape[0]
+    all_v = torch.empty(n, dtype=torch.float32, device=logq.device)  # every round's kept paths, depth-major
+    all_i = torch.empty(n, dtype=torch.long, device=logq.device)
+    prev, off, p = _root(logq.device), 0, 1
+    for d in range(d_max):
+        take = min(m, p * k)
+        v, i = all_v[off : off + take], all_i[off : off + take]
+        kern.rank_round(prev, logq[d], candidates(p, k, take, logq.device), v, i, take, k)
+        prev, off, p = v, off + take, take
+    got = min(m, n)
     if out is None:
         out = torch.empty(got, dtype=torch.float32, device=logq.device), *(
             torch.empty(got, dtype=torch.long, device=logq.device) for _ in range(4))
     out = tuple(t[:got] for t in out)
-    values = torch.empty(n, dtype=torch.float32, device=logq.device)  # every round's kept paths, depth-major
-    flat = torch.empty(n, dtype=torch.long, device=logq.device)
-    if logq.stride(1) != 1:
-        logq = logq.contiguous()
-    kern.rank_paths(logq, plan.table, plan.candidates, depth, local, plan.most, values, flat, out)
+    kern.rank_final(all_v, all_i, depth, local, offsets, sizes, longest, got, k, *out)
     return out
 
 
-@dataclass(frozen=True)
-class RankPlan:
-    """The rounds of a ranking of ``m`` paths over [D, K] log-probabilities, for the one-launch kernel."""
-
-    table: torch.Tensor  # [6, D] int32: per round, its candidates' offset and count, the parents kept (at most
-    # ``take`` of them), the paths kept (``take``), the start of the list it reads and of the list it writes
-    candidates: torch.Tensor  # the rounds' candidates (flat indices, :func:`candidates`), concatenated
-    most: tuple[int, int, int]  # the most candidates of a round, parents of a round, and paths of one depth
+_ROOT: dict[str, torch.Tensor] = {}
 
 
-_PLANS: dict[tuple[int, int, int, str], RankPlan] = {}
+def _root(device: torch.device) -> torch.Tensor:
+    """The root's log-probability [1] (0.0), made once: a fresh one would be a fill kernel in every ranking graph."""
+    if str(device) not in _ROOT:
+        _ROOT[str(device)] = torch.zeros(1, dtype=torch.float32, device=device)
+    return _ROOT[str(device)]
 
 
-def rank_plan(d_max: int, k: int, m: int, device: torch.device) -> RankPlan:
-    """The :class:`RankPlan` of (D, K, m): fixed by the shapes, so cached (made outside any graph capture)."""
+_LISTS: dict[tuple[int, int, int, str], tuple[torch.Tensor, torch.Tensor, int]] = {}
+
+
+def _lists(d_max: int, k: int, m: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Start and length [D] (int32) of each depth's kept list in the depth-major layout, and the longest."""
     key = (d_max, k, m, str(device))
-    if key not in _PLANS:
+    if key not in _LISTS:
         sizes = _kept(d_max, k, m)
-        parents = [1] + sizes[:-1]  # the root, then each depth's kept paths
-        cands = [candidates(p, k, take, device) for p, take in zip(parents, sizes)]
-        counts = [c.shape[0] for c in cands]
         starts = [sum(sizes[:d]) for d in range(d_max)]
-        rows = [
-            [sum(counts[:d]) for d in range(d_max)],
-            counts,
-            [min(p, take) for p, take in zip(parents, sizes)],
-            sizes,
-            [0] + starts[:-1],  # the list a round reads (round 0 reads the root, which the kernel knows)
-            starts,
-        ]
-        table = torch.tensor(rows, dtype=torch.int32).to(device)
-        _PLANS[key] = RankPlan(table, torch.cat(cands), (max(counts), max(rows[2]), max(sizes)))
-    return _PLANS[key]
+        as_t = lambda x: torch.tensor(x, dtype=torch.int32).to(device)  # noqa: E731
+        _LISTS[key] = (as_t(starts), as_t(sizes), max(sizes))
+    return _LISTS[key]

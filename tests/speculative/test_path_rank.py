@@ -83,17 +83,15 @@ def test_cuda_dispatch_runs_the_compiled_kernels():
     """On CUDA with Triton, ``top_paths`` runs the kernels (through ``fused.run_triton``), with the reference's paths."""
     from bastion.speculative import fused
 
-    from bastion.speculative.path_rank_kernels import sync_counters
 
     g = torch.Generator().manual_seed(5)
     for d_max, k, m in ((15, 16, 31), (15, 128, 255), (15, 128, 1023), (3, 4, 7)):
         logq = _sorted_rows(torch.log_softmax(torch.randn(d_max, k * 2, generator=g) * 3, dim=-1))[:, :k].cuda()
         tied = (logq * 2).round() / 2  # many exact ties within and across depths
-        for q in (logq, tied, logq):  # the last again: the barrier's counters were reset
+        for q in (logq, tied):
             got, ref = top_paths(q, m), _rank_torch(q, m)
             assert all(torch.equal(a, b) for a, b in zip(got, ref)), (d_max, k, m)
     assert fused._WORKS.get(("path_rank", str(logq.device))) is True
-    assert sync_counters(logq.device).tolist() == [0, 0, 0]  # no barrier gave up; reset after every launch
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -147,7 +145,6 @@ def test_draft_topk_equals_log_softmax_topk():
 KERNEL_CHECK = textwrap.dedent("""
     import torch
     from bastion.speculative.path_rank import _rank_torch, _rank_triton
-    from bastion.speculative.path_rank_kernels import sync_counters
     g = torch.Generator().manual_seed(0)
     cases = []
     for d, k, m in [(15, 128, 63), (3, 128, 300), (4, 8, 31), (3, 5, 200), (6, 16, 100), (2, 3, 1)]:
@@ -166,8 +163,6 @@ KERNEL_CHECK = textwrap.dedent("""
     got = _rank_triton(*cases[-1], out)
     assert all(torch.equal(a, b) and b.data_ptr() == o.data_ptr() for a, b, o in zip(ref, got, out))
     assert all(bool((o[63:] == o[79]).all()) for o in out), "nothing written past the paths"
-    counters = sync_counters(cases[0][0].device).tolist()
-    assert counters == [0, 0, 0], counters  # every barrier passed, and the counters reset for the next launch
     print("kernels equal the reference on", len(cases), "cases")
 """)
 
