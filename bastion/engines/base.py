@@ -14,6 +14,7 @@ from typing import Callable, Iterable, Protocol, Sequence, runtime_checkable
 import torch
 
 from bastion.costmodel.model import CostModel, StepOverheads
+from bastion.engines.static_buffers import WIDE_ROWS
 from bastion.models.target import Target
 from bastion.results.generation import GenerationResult, StepStats
 from bastion.speculative.gate import DraftGate
@@ -94,6 +95,15 @@ def check_method(method: str, has_drafter: bool, policy: TreePolicy, cost_model,
     if spec.ranked and policy.budget is None and (cost_model is None or overheads is None):
         raise ValueError("adaptive BASTION needs a calibrated cost model and step overheads (or a fixed budget)")
     return spec
+
+
+def gate_drafts(gate: DraftGate | None, first: bool, prompt_rows: int) -> bool:
+    """Whether a step drafts (else an AR step, without the drafter's forward: :mod:`bastion.speculative.gate`);
+    both engines decide here, so they take the same steps.  A prompt's ``first`` step may set its
+    ``prompt_rows`` aside for a later draft, which takes in at most :data:`WIDE_ROWS` rows."""
+    if gate is None:
+        return True
+    return gate.drafts_first(prompt_rows, WIDE_ROWS) if first else gate.drafts()
 
 
 def draft_gate(spec: MethodSpec, policy: TreePolicy, cost_model: CostModel | None, rule_model: CostModel | None,

@@ -136,6 +136,15 @@ class StaticDFlash:
         self.wide[:, :w].copy_(features)
         self.take_in(run, kv, w)
 
+    def hold_prompt(self, features: torch.Tensor) -> None:
+        """A prompt whose first step does not draft: its rows ``features`` [1, P, F] wait in ``wide`` for the
+        first draft, as a held step's do; that step's commit sets nothing more aside (no rows kept yet)."""
+        w = features.shape[1]
+        self.wide[:, :w].copy_(features)
+        self.held.fill_(w)
+        self.held_rows = w
+        self.pend_count.zero_()
+
     def step(self, run: GraphRunner, committed: int) -> None:
         kv = self.window(committed)  # the context grows by at most a block a step
         if self.held_rows:  # steps without a draft went before: their rows, then the last (AR) step's

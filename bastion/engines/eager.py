@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from bastion.costmodel.model import CostModel, StepOverheads, rule_inputs
-from bastion.engines.base import DecodeRun, check_fits, check_method, draft_gate, emit, prompt_tensor
+from bastion.engines.base import DecodeRun, check_fits, check_method, draft_gate, emit, gate_drafts, prompt_tensor
 from bastion.engines.choice import sync
 from bastion.engines.proposer import Accepted, Draft
 from bastion.engines.proposers import eager_proposer
@@ -135,7 +135,7 @@ class EagerDecoder:
     def _step(self, run: _Decode) -> None:
         """Draft, build the tree, verify, accept, commit: one step, its tokens read at once."""
         target, device, c = self.target, self.target.device, run.cache.length
-        drafts = self._drafts(run, first=not run.steps)
+        drafts = self._drafts(run, first=not run.steps, prompt_rows=c)
         ta = run.clock()
         draft = self.proposer.draft(run.root, c) if drafts else None
         tb = run.clock()
@@ -177,17 +177,16 @@ class EagerDecoder:
                                    drafted=drafts and self.spec.drafts))
 
     @staticmethod
-    def _drafts(run: _Decode, first: bool = False) -> bool:
-        """Whether this step drafts (else an AR step, without the drafter's forward: :mod:`bastion.speculative.gate`).
+    def _drafts(run: _Decode, first: bool = False, prompt_rows: int = 0) -> bool:
+        """Whether this step drafts (:func:`gate_drafts`; a prompt's ``first`` step that does not leaves the
+        prompt's features with the proposer, for its first draft).
 
-        A prompt's ``first`` step always drafts, as on the static engine, whose first draft takes in
-        the prompt's features.  The gate learns a step's count only after deciding the next step, as
-        on the static engine, which launches a draft before it reads the step before: both take the
-        same steps.
+        The gate learns a step's count only after deciding the next step, as on the static engine,
+        which launches a draft before it reads the step before: both take the same steps.
         """
         if run.gate is None:
             return True
-        drafts = first or run.gate.drafts()
+        drafts = gate_drafts(run.gate, first, prompt_rows)
         if run.unseen is not None:
             run.gate.observe(*run.unseen)
             run.unseen = None

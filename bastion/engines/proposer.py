@@ -93,6 +93,10 @@ class StaticProposer(Protocol):
         """Before a step without a draft commits: count the ``rows`` states its :meth:`keep_root` sets aside,
         which the next :meth:`step` takes in first (only the proposers of methods that skip drafts are asked)."""
 
+    def hold_prompt(self, features: torch.Tensor | None) -> None:
+        """In place of :meth:`first` when a prompt's first step does not draft: the prompt's ``features``
+        [1, P, F] are set aside for the next :meth:`step` (asked of the same proposers as :meth:`hold`)."""
+
     def state(self) -> list[torch.Tensor]:
         """Tensors :meth:`keep` updates in place (restored after a capture's warm-up runs)."""
 
@@ -133,6 +137,9 @@ class NoDraft:
         pass
 
     def hold(self, rows: int) -> None:
+        pass
+
+    def hold_prompt(self, features: torch.Tensor | None) -> None:
         pass
 
     def state(self) -> list[torch.Tensor]:

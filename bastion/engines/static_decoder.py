@@ -33,7 +33,7 @@ from typing import Iterable, Sequence
 import torch
 
 from bastion.costmodel.model import CostModel, StepOverheads, rule_inputs
-from bastion.engines.base import DecodeRun, check_fits, check_method, draft_gate, emit, prompt_tensor
+from bastion.engines.base import DecodeRun, check_fits, check_method, draft_gate, emit, gate_drafts, prompt_tensor
 from bastion.engines.choice import sync
 from bastion.engines.static_engine import StaticEngine
 from bastion.engines.step_clock import intervals, step_clock
@@ -162,13 +162,14 @@ class StaticDecoder:
     def _step(self, run: _Decode) -> None:
         """Draft and rank, read the previous step back, then build, verify and commit this step's tree."""
         eng = self.engine
-        # else an AR step, without the drafter's forward (speculative.gate); a prompt's first step always
-        # drafts, as its draft takes in the prompt's features
-        drafts = run.gate is None or run.first_step or run.gate.drafts()
+        drafts = gate_drafts(run.gate, run.first_step, run.context)  # else an AR step, without the drafter's forward
         run.shift = self.fit.shift if run.fitting else 0.0
         ta = run.clock()
         if drafts:
             self._draft(run)
+        elif run.first_step:  # the prompt's rows wait for the first draft
+            self.proposer.hold_prompt(run.prompt[2])
+            run.prompt = None
         tb = run.clock()
         m, got = self._rank_first(run) if drafts else (0, 0)
         n = self.spec.known_size(eng.block, self.policy, got, self.proposer.tree_size) if drafts else 1
@@ -179,7 +180,7 @@ class StaticDecoder:
             n = self.search.settle(m, got, back[Readback.NODES], lambda width: self._rank_wider(run, width))
             run.hint = 2 * n
         if not drafts:  # this step's commit overwrites the last step's accepted features: the next draft needs them
-            self.proposer.hold(back[Readback.COUNT] + 1)
+            self.proposer.hold(0 if run.first_step else back[Readback.COUNT] + 1)  # (a prompt's: held already)
         self._learn(run)
         run.first_step = False
         kv = eng.window(run.context + n)

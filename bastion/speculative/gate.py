@@ -24,9 +24,11 @@ halves the wait the next stop starts from: one lucky probe among many that do no
 a few drafted steps, not a new series of short waits.
 
 A decoder keeps one gate for all its prompts (:meth:`DraftGate.restart` at each), so what
-one prompt taught carries to the next (a prompt's first step drafts regardless: its draft
-takes in the prompt, and the gate only adds its gain to the window): at T = 1 on the tiny pair 15 of 575 steps drafted
-over eight prompts, most of them on the first.  At T > 0 this makes a prompt's samples
+one prompt taught carries to the next, down to a prompt's first step: where the gate has
+stopped drafting, that step is an AR step too and the prompt's rows wait for the first draft
+with the rows of the steps after it (:meth:`DraftGate.drafts_first`).  A first step that drafted
+regardless would be one drafted step a prompt: at T = 1 on an H100, 16 of the tiny
+experiment's 68 drafted steps (of 1,645; docs/performance.md).  At T > 0 this makes a prompt's samples
 depend on the prompts the decoder ran before it (which steps draft decides how many
 numbers each step draws); they are exact samples of the target all the same.
 
@@ -74,6 +76,16 @@ class DraftGate:
             self.wait -= 1
         self.skipped += 1
         return False
+
+    def drafts_first(self, prompt_rows: int, room: int) -> bool:
+        """:meth:`drafts` for a prompt's first step, whose draft would take in the prompt's ``prompt_rows``.
+
+        Skipped, those rows wait for the first draft with the AR steps' after them, all of
+        which a draft must take in at once: at most ``room`` rows.  A prompt whose rows and
+        those of the longest wait (:data:`MAX_WAIT` AR steps, with margin) would not fit
+        drafts regardless.
+        """
+        return prompt_rows + 2 * MAX_WAIT > room or self.drafts()
 
     def restart(self) -> None:
         """A new prompt: a probe whose count was never read counts as one that did not pay."""

@@ -77,7 +77,10 @@ def test_a_useless_drafter_falls_back_to_ar_steps_at_t1_only(pair):
     for plus in runs["eager"]:
         assert sum(not s.drafted for s in plus.steps) > 0.7 * len(plus.steps)  # mostly AR steps
         assert all(s.tree_size == 1 for s in plus.steps if not s.drafted)
-    assert runs["eager"][-1].steps[0].drafted  # a prompt's first draft takes in its prompt, whatever the gate
+    assert runs["eager"][0].steps[0].drafted  # the gate starts out drafting
+    last = runs["eager"][-1].steps
+    assert not last[0].drafted  # stopped on earlier prompts: this one's rows wait for its first draft ...
+    assert any(s.drafted for s in last[1:])  # ... which a probe makes, taking in the prompt's rows with the steps'
     for eager, static in zip(runs["eager"], runs["compiled"]):  # the engines take the same steps
         assert static.output_ids == eager.output_ids
         assert [(s.tree_size, s.committed, s.drafted) for s in static.steps] == \

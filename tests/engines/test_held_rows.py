@@ -47,3 +47,19 @@ def test_rows_that_would_overflow_the_wide_buffer_are_refused_by_the_count(propo
     with pytest.raises(RuntimeError, match=rf"{room + 1} context rows \(those set aside .* do not fit the {room} rows"):
         p.hold(1)
     p.held_rows = 0
+
+
+def test_a_prompt_without_a_first_draft_is_held_whole_and_its_first_commit_adds_nothing(proposer):
+    p = proposer
+    feat = p.pend.shape[-1]
+    p.wide.zero_()
+    prompt = torch.arange(1, 5 * feat + 1, dtype=p.pend.dtype).view(1, 5, feat)
+    p.pend_count.fill_(7)  # whatever the last prompt left
+    p.hold_prompt(prompt)
+    assert torch.equal(p.wide[:, :5], prompt) and not p.wide[0, 5:].any()
+    assert int(p.held) == 5 and p.held_rows == 5 and int(p.pend_count) == 0
+    p.hold(0)  # the first step's commit: nothing kept before it
+    p.keep_root(hold=True)
+    assert torch.equal(p.wide[:, :5], prompt) and not p.wide[0, 5:-1].any()
+    assert int(p.held) == 5 and int(p.pend_count) == 1  # its own row goes with the next held step
+    p.held_rows = 0
