@@ -18,10 +18,16 @@ plus :data:`Z` standard errors is still below zero.  The spread is taken at leas
 token's worth (``T_ar``), so three unlucky steps of a drafter that pays do not stop it.
 While stopped it runs AR steps and now and then one drafted step, a probe: after
 :data:`FIRST_WAIT` AR steps, the wait doubling after every probe that did not pay, up to
-:data:`MAX_WAIT`.  A probe that pays resumes drafting, with a window holding only it, and
-halves the wait the next stop starts from: one lucky probe among many that do not pay
-(T = 1 on the tiny pair: a step of four committed tokens among steps of one) then costs
-a few drafted steps, not a new series of short waits.
+:data:`MAX_WAIT`.  A probe resumes drafting only when it is as confident that drafting pays
+as a stop is that it does not: its gain less :data:`Z` spreads (one probe: the spread
+floor, ``T_ar``) is above zero.  Drafting then resumes with an empty window, since the
+probe that resumed it was picked for its luck, and the next stop starts from half the wait.
+
+Both rules answer what the tiny experiment on an H100 showed at T = 1 (docs/performance.md).
+With any positive gain resuming, and the resuming probe's gain kept in the window, probes
+of three or four committed tokens (a drafted step there costs about as much as 2.7 AR
+steps) resumed drafting, and after a probe of ten the window needed 17 more drafted steps,
+of one to four tokens each, to stop again: 146 of 1,623 steps drafted in one run.
 
 A decoder keeps one gate for all its prompts (:meth:`DraftGate.restart` at each), so what
 one prompt taught carries to the next, down to a prompt's first step: where the gate has
@@ -98,12 +104,11 @@ class DraftGate:
         """A drafted step at ``context`` verified ``nodes`` nodes and committed ``committed`` tokens."""
         t_ar = self.ar_step(context)
         gain = committed * t_ar - self.drafted_step(nodes, context)
-        if self.probing:  # resume when the probe paid, else wait twice as long for the next
+        if self.probing:  # resume when the probe surely paid, else wait twice as long for the next
             self.probing = False
-            if gain > 0:
+            if gain - Z * t_ar > 0:  # the stop's test turned round, for one step: its spread is the floor
                 self.drafting, self.backoff = True, max(FIRST_WAIT, self.backoff // 2)
-                self.gains.clear()
-                self.gains.append(gain)
+                self.gains.clear()  # the probe was picked for its luck: the steps after it decide
             else:
                 self.backoff = min(2 * self.backoff, MAX_WAIT)
                 self.wait = self.backoff

@@ -87,3 +87,26 @@ def test_the_gain_is_weighed_at_the_step_s_own_tree_and_context():
     gate.drafts()
     gate.observe(3, 7, 250)
     assert seen == [("ar", 250), ("drafted", 7, 250)] and list(gate.gains) == [3 * AR - DRAFTED]
+
+
+def test_a_probe_resumes_drafting_only_when_it_surely_paid():
+    """Resuming asks of one probe what stopping asks of the window: its gain, less Z spreads
+    (the floor, one AR step), above zero; here 5 committed tokens and not 4 (90 - 45 > 36 > 72 - 45)."""
+    for commits, resumes in ((4, False), (5, True)):
+        gate = _gate()
+        _run(gate, [1] * MIN_STEPS)
+        assert not gate.drafting
+        while not gate.drafts():
+            pass
+        gate.observe(commits, 16, 100)
+        assert gate.drafting is resumes
+        assert not gate.gains if resumes else gate.wait == 2 * FIRST_WAIT  # the lucky probe is not in the window
+
+
+def test_after_a_lucky_probe_the_steps_that_follow_decide_alone():
+    gate = _gate()
+    _run(gate, [1] * MIN_STEPS)
+    while not gate.drafts():
+        pass
+    gate.observe(12, 16, 100)  # a probe far past the bar
+    assert _run(gate, [1] * (MIN_STEPS + 1)) == [True] * MIN_STEPS + [False]  # three steps of one stop it again
