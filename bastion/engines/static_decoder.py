@@ -165,11 +165,7 @@ class StaticDecoder:
         drafts = gate_drafts(run.gate, run.first_step, run.context)  # else an AR step, without the drafter's forward
         run.shift = self.fit.shift if run.fitting else 0.0
         ta = run.clock()
-        if drafts:
-            self._draft(run)
-        elif run.first_step:  # the prompt's rows wait for the first draft
-            self.proposer.hold_prompt(run.prompt[2])
-            run.prompt = None
+        self._draft(run, drafts)
         tb = run.clock()
         m, got = self._rank_first(run) if drafts else (0, 0)
         n = self.spec.known_size(eng.block, self.policy, got, self.proposer.tree_size) if drafts else 1
@@ -185,15 +181,21 @@ class StaticDecoder:
         run.first_step = False
         kv = eng.window(run.context + n)
         if self.proposer.tree_size is None:  # a tree the proposer drafted whole is in the tree buffers already
-            if n == 1:  # AR's step (or a one-node budget): the root alone, never compiled
-                eng.runner(("build_root",), eng.build_root)
-            else:
-                ranked, topk, mass = self.spec.ranked, eng.tree_phase.topk, run.fitting
-                eng.runner(("build", ranked, n, topk, mass), lambda: eng.steps.build(ranked, n, mass))
-            if run.fitting and drafts:
-                eng.tree_phase.send_mass(n)
+            self._build(run, n, drafts)
         tc = run.clock()
         self._verify_commit(run, n, kv, (ta, tb, tc), drafts and self.spec.drafts)
+
+    def _build(self, run: _Decode, n: int, drafted: bool) -> None:
+        """The step's ``n``-node tree into the tree buffers: the root alone (AR's step, or a one-node
+        budget, never compiled), the ranked paths or the drafter's chain."""
+        eng = self.engine
+        if n == 1:
+            eng.runner(("build_root",), eng.build_root)
+        else:
+            ranked, topk, mass = self.spec.ranked, eng.tree_phase.topk, run.fitting
+            eng.runner(("build", ranked, n, topk, mass), lambda: eng.steps.build(ranked, n, mass))
+        if run.fitting and drafted:
+            eng.tree_phase.send_mass(n)
 
     def _learn(self, run: _Decode) -> None:
         """The last drafted tree's outcome into the surrogate's fit, once this step's tree is set (its wider
@@ -203,14 +205,18 @@ class StaticDecoder:
             self.engine.tree_phase.shift.fill_(self.fit.shift)
             run.learning = None
 
-    def _draft(self, run: _Decode) -> None:
+    def _draft(self, run: _Decode, drafts: bool) -> None:
         """The step's draft: over the whole prompt on the first step (eagerly; decode time on every engine,
-        as in the eager loop), else from the device state (after steps without a draft, their features first)."""
-        if run.first_step:
+        as in the eager loop), else from the device state (after steps without a draft, their features first).
+        A first step without one sets the prompt's rows aside for the first draft."""
+        if run.first_step and drafts:
             self.proposer.first(self.engine.runner, *run.prompt)
-            run.prompt = None
-        else:
+        elif run.first_step:
+            self.proposer.hold_prompt(run.prompt[2])
+        elif drafts:
             self.proposer.step(self.engine.runner, run.context)
+        if run.first_step:
+            run.prompt = None
 
     def _verify_commit(self, run: _Decode, n: int, kv: int, stamps: tuple, drafted: bool) -> None:
         """Verify the ``n``-node tree in window ``kv``, sample at T > 0, commit; the step's tokens are read next step."""
