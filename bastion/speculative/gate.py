@@ -33,7 +33,7 @@ A decoder keeps one gate for all its prompts (:meth:`DraftGate.restart` at each)
 one prompt taught carries to the next, down to a prompt's first step: where the gate has
 stopped drafting, that step is an AR step too and the prompt's rows wait for the first draft
 with the rows of the steps after it (:meth:`DraftGate.drafts_first`).  A first step that drafted
-regardless would be one drafted step a prompt: at T = 1 on an H100, 16 of the tiny
+regardless would be one drafted step a prompt: at T = 1 on an H100, 14 of the tiny
 experiment's 68 drafted steps (of 1,645; docs/performance.md).  At T > 0 this makes a prompt's samples
 depend on the prompts the decoder ran before it (which steps draft decides how many
 numbers each step draws); they are exact samples of the target all the same.
