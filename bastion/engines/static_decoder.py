@@ -13,7 +13,8 @@ The step asks its proposer for the draft (:mod:`bastion.engines.proposer`): the 
 drafter's logits, or EAGLE-3's whole tree, on device state; the adaptive node count is
 the search of :mod:`bastion.speculative.search`, whose first ranking runs before the read
 and whose count arrives with the previous step's tokens.  The first draft, over the whole
-prompt, is the first step's: its time is decode time, as on the eager engine (and in the
+prompt, is the first step's (or, where this project's gate skips that step's draft, the
+first drafting step's): its time is decode time, as on the eager engine (and in the
 original release's harness), never prefill time.
 
 Step times (``collect_stats``, :mod:`bastion.engines.step_clock`) come in two kinds.
@@ -55,7 +56,7 @@ class _Decode(DecodeRun):
     pending_shift: float = 0.0
     marks: list[tuple] = field(default_factory=list)  # (stats, phase stamps) of every step
     pending: StepStats | None = None  # the verified step whose tokens are not read yet
-    prompt: tuple | None = None  # (ids [1, P], first token [1], features [1, P, F]) until the first draft reads them
+    prompt: tuple | None = None  # (ids [1, P], first token [1], features [1, P, F]) until the first step reads them
     context: int = 0  # committed length, as the host last read it
     first_step: bool = True
 

@@ -110,3 +110,15 @@ def test_after_a_lucky_probe_the_steps_that_follow_decide_alone():
         pass
     gate.observe(12, 16, 100)  # a probe far past the bar
     assert _run(gate, [1] * (MIN_STEPS + 1)) == [True] * MIN_STEPS + [False]  # three steps of one stop it again
+
+
+def test_a_prompt_too_long_to_set_aside_drafts_its_first_step_whatever_the_gate():
+    """A first step without a draft leaves the prompt's rows, and the AR steps' after them, for
+    one later draft of at most ``room`` rows: a prompt that would not leave room for the longest
+    wait drafts regardless, and the gate's wait is not spent on it."""
+    gate = _gate()
+    _run(gate, [1] * MIN_STEPS)
+    assert not gate.drafting and gate.wait == FIRST_WAIT
+    room = 1024
+    assert gate.drafts_first(room - 2 * MAX_WAIT + 1, room) and gate.wait == FIRST_WAIT
+    assert not gate.drafts_first(room - 2 * MAX_WAIT, room) and gate.wait == FIRST_WAIT - 1
