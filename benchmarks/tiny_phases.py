@@ -6,9 +6,9 @@ the phases add up to the step; with ``--events`` (CUDA) by events instead, so th
 runs as it does untimed and the GPU's wait for the host falls in the phase it
 interrupts.  Fixed BASTION budgets need no calibration; the adaptive rules (``bastion:``
 and ``bastion_plus:``, no budget) take their costs from ``--calibration``.  Every method
-but AR gets a row for the prompts' first steps (their draft takes in the whole prompt),
-and one whose later steps do not all draft (``bastion_plus`` at T > 0) a row for those
-that draft and one for the others.
+but AR gets a row for the prompts' first drafts (each takes in the whole prompt; for
+``bastion_plus`` at T > 0 not always at a prompt's first step), and one whose other steps
+do not all draft a row for those that draft and one for the others.
 
     python -m benchmarks.tiny_phases --engine compiled --threads 1 \\
         --methods ar:,dflash:,bastion:8,bastion:16,bastion:32
@@ -124,8 +124,9 @@ def main(argv=None) -> int:
         for i, p in enumerate(prompts[1:], 1):
             res = decoder.generate(p, args.tokens, args.temperature, [], seeded(i),
                                    collect_stats="events" if args.events else True)
-            firsts.append(res.steps[0])
-            later += res.steps[1:]
+            first = next((j for j, s in enumerate(res.steps) if s.drafted), None)  # takes in the prompt
+            firsts += [res.steps[first]] if first is not None else []
+            later += [s for j, s in enumerate(res.steps) if j != first]
             tokens += len(res.output_ids)
         label = method + (f" {budget}" if method == "eagle3" else f" b{budget}" if budget else "")
         print(_row(label, firsts + later, tokens))
@@ -135,14 +136,15 @@ def main(argv=None) -> int:
 
 
 def _split_rows(firsts: list, later: list) -> None:
-    """The prompts' first steps apart (their draft takes in the whole prompt), then the later
-    steps with a draft and those without, where a method has both."""
-    print(_row("  first steps", firsts, sum(s.committed for s in firsts)))
+    """The prompts' first drafts apart (each takes in the whole prompt), then the other steps
+    with a draft and those without, where a method has both."""
+    if firsts:
+        print(_row("  first drafts", firsts, sum(s.committed for s in firsts)))
     drafted = [s for s in later if s.drafted]
     if 0 < len(drafted) < len(later):
         others = [s for s in later if not s.drafted]
-        print(_row("  later, drafted", drafted, sum(s.committed for s in drafted)))
-        print(_row("  later, no draft", others, sum(s.committed for s in others)))
+        print(_row("  others, drafted", drafted, sum(s.committed for s in drafted)))
+        print(_row("  others, no draft", others, sum(s.committed for s in others)))
 
 
 if __name__ == "__main__":
