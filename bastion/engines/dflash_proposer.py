@@ -126,15 +126,15 @@ class StaticDFlash:
 
     def first(self, run: GraphRunner, ids: torch.Tensor, first: torch.Tensor, features: torch.Tensor | None) -> None:
         """The first draft takes in the whole prompt's features (eagerly past ``wide``'s rows)."""
-        self.held_rows = 0
-        self.held.zero_()
         kv, w = self.window(ids.shape[1]), features.shape[1]
         if w >= self.wide.shape[1]:
+            self.held_rows = 0  # whatever the last prompt left set aside
+            self.held.zero_()
             self.pend_count.fill_(w)
             self.draft(kv, features)
             return
-        self.wide[:, :w].copy_(features)
-        self.take_in(run, kv, w)
+        self.hold_prompt(features)
+        self._take_in_held(run, kv)
 
     def hold_prompt(self, features: torch.Tensor) -> None:
         """A prompt whose first step does not draft: its rows ``features`` [1, P, F] wait in ``wide`` for the
@@ -148,13 +148,17 @@ class StaticDFlash:
     def step(self, run: GraphRunner, committed: int) -> None:
         kv = self.window(committed)  # the context grows by at most a block a step
         if self.held_rows:  # steps without a draft went before: their rows, then the last (AR) step's
-            w = self.held_rows
-            self.wide[:, w].copy_(self.pend[:, 0])
-            self.held_rows = 0
-            self.held.zero_()
-            self.take_in(run, kv, w + 1)
+            self.wide[:, self.held_rows].copy_(self.pend[:, 0])
+            self.held_rows += 1
+            self._take_in_held(run, kv)
             return
         run(("draft", kv), lambda: self.draft(kv, self.pend))
+
+    def _take_in_held(self, run: GraphRunner, kv: int) -> None:
+        """A draft over every row set aside in ``wide``, which then holds none."""
+        w, self.held_rows = self.held_rows, 0
+        self.held.zero_()
+        self.take_in(run, kv, w)
 
     def take_in(self, run: GraphRunner, kv: int, w: int) -> None:
         """A draft over the first ``w`` rows of ``wide``: padded to a power of two where graphs run (the
