@@ -87,9 +87,10 @@ class StaticEngine:
         self.layout = Readback(max([self.block, *widths]))  # root + the longest path any drafter's step accepts
         self.n_max = max([int(n_max), self.layout.width, *(p.tree_size or 0 for p in self.proposers.values())])
         # select, rank and build over the DFlash drafter's logits: the trees of its methods
-        self.tree_phase = TreePhase(self.device, self.compilation.compile) if drafter is not None else None
+        self.tree_phase = (TreePhase(self.device, self.compilation.compile, self.compilation.step)
+                           if drafter is not None else None)
         tree = self.tree_phase
-        self.steps = StepFunctions(select=tree and self.compilation.step(tree.select),
+        self.steps = StepFunctions(select=tree and tree.select,  # compiles its torch form itself (TreePhase.select)
                                    build=tree and self.compilation.step(tree.build),
                                    commit=self.compilation.step(self.commit))
         if drafter is not None:

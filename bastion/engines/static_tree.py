@@ -17,6 +17,8 @@ BASTION's extra tree-phase time over DFlash's from about 1.0 to 0.4 ms a step on
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from bastion.costmodel.model import CostModel
@@ -26,6 +28,7 @@ from bastion.engines.rule_count import RuleCount
 from bastion.engines.static_buffers import StepBuffers
 from bastion.speculative.accept import Readback
 from bastion.speculative.best_first import Walk, rank_walk, tree_arrays
+from bastion.speculative.fused import run_triton, use_triton
 from bastion.speculative.path_rank import layout, top_paths
 from bastion.speculative.policy import TreePolicy
 from bastion.speculative.surrogate import depth_mass
@@ -35,9 +38,10 @@ from bastion.speculative.tree import chain_tree, draft_topk, paths_tree
 class TreePhase:
     """Select, rank and build for a drafter whose logits [D, V] it reads."""
 
-    def __init__(self, device: torch.device, compiled: bool) -> None:
+    def __init__(self, device: torch.device, compiled: bool, step: Callable[[Callable], Callable] = lambda f: f) -> None:
         self.device = device
         self.compiled = compiled  # select, build (and commit) run through torch.compile: no host walk
+        self._select_torch = step(self._select_reference)  # compiled by the engine's ``step``, or as written
         self.count = RuleCount(device)  # the budget rule's node count (one Triton kernel on CUDA)
         self.host_walk: Walk | None = None  # the last best-first walk, for build (an uncompiled CPU engine)
         self.topk = 0
@@ -71,7 +75,26 @@ class TreePhase:
         return min(m, layout(self.draft_out.shape[0], self.topk, m, self.device)[0].shape[0])
 
     def select(self, temperature: float, shifted: bool = False) -> None:
-        """Each depth's top-k draft log-probabilities [D, k] at ``temperature``, ``shifted``: plus :attr:`shift`."""
+        """Each depth's top-k draft log-probabilities [D, k] at ``temperature``, ``shifted``: plus :attr:`shift`.
+
+        On CUDA one Triton launch (:mod:`bastion.speculative.select_kernel`), never compiled;
+        elsewhere, for a vocabulary too wide for it, or where it fails, the torch reference.
+        """
+        if not self._select_kernel(temperature, shifted):
+            self._select_torch(temperature, shifted)
+
+    def _select_kernel(self, temperature: float, shifted: bool) -> bool:
+        """:meth:`select` by the Triton kernel; False where it does not serve (then the reference runs)."""
+        if not use_triton(self.device):
+            return False
+        from bastion.speculative import select_kernel as kern  # imports Triton: only where it runs
+
+        logits, shift = self.draft_out, self.shift if shifted else None
+        return kern.serves(logits, self.logq.shape[1]) and run_triton(
+            "select", self.device, lambda: kern.select_topk(logits, temperature, self.logq, self.top_tok, shift))
+
+    def _select_reference(self, temperature: float, shifted: bool) -> None:
+        """:meth:`select` in torch (compiled on the compiled engine's CUDA)."""
         # the width as the view's size, not the int: compiled with dynamic shapes, one graph serves every width
         logq, tok = draft_topk(self.draft_out, temperature, self.logq.shape[1])
         self.logq.copy_(logq + self.shift if shifted else logq)
@@ -135,3 +158,4 @@ class TreePhase:
     def read_mass(self) -> list[float]:
         """The last ranked tree's depth mass, once the readback that follows it has been read."""
         return self.mass or self.mass_host.tolist()
+
