@@ -33,7 +33,18 @@ if TYPE_CHECKING:
     from bastion.runs.session import Session
     from bastion.runs.settings import RunSettings
 
-SWEEP_PROMPTS = 4  # the first prompts of the run's dataset (first turns)
+# How many of the run's dataset's first prompts (first turns) the sweep decodes, per device
+# type.  Each shape decodes every prompt, and the tie rule's band is two standard errors of
+# the shapes' per-prompt rate ratio, which narrows as prompts are added.  On a 2-core CPU a
+# decode takes seconds, so 4; on a GPU tens of milliseconds, so 8: there the four-prompt
+# band reached its 10% cap and let trees 6-9% slower than the fastest win on τ
+# (docs/performance.md, "The tiny pair on a CPU and a GPU").
+SWEEP_PROMPTS = {"cpu": 4, "cuda": 8}
+
+
+def sweep_prompts(device_type: str) -> int:
+    """The sweep's prompt count on a device of this type (another accelerator counts as a GPU)."""
+    return SWEEP_PROMPTS.get(device_type, SWEEP_PROMPTS["cuda"])
 # New tokens per sweep decode: the run's own, up to this many.  τ grows along an answer
 # (its first tokens are the hardest to guess), more for deep trees than for short chains:
 # on the tiny pair's first 4 humaneval-pkg prompts the 5-node chain's τ went from 2.96 at
@@ -128,7 +139,7 @@ def resolve_tree(setting: str, tree_file: str | None, key: Callable[[], TreeKey]
         log(f"[eagle3] reusing tree {describe(choice)}, chosen for this head in {path}")
         return choice.policy, "auto"
     log(f"[eagle3] choosing the tree for head {k.head} on {k.hardware} ({k.engine}, {k.dtype}): a sweep of "
-        f"{len(SWEEP_SHAPES)} shapes on {SWEEP_PROMPTS} prompts")
+        f"{len(SWEEP_SHAPES)} shapes on the dataset's first prompts")
     start = time.perf_counter()
     choice = measure()
     save_choice(path, k, choice)
@@ -172,5 +183,5 @@ def sweep_for(run: RunSettings, inputs: Inputs, session: Session, log: Callable[
     target = session.target(inputs.target_ref, dtype, device, run.attn_impl)
     head = session.eagle3_head(inputs.eagle3_ref, inputs.target_ref, dtype, device, run.attn_impl)
     builder = PromptBuilder(session.tokenizer(inputs.target_ref), run.enable_thinking)
-    prompts = [builder.encode([], p["turns"][0]) for p in inputs.prompts[:SWEEP_PROMPTS]]
+    prompts = [builder.encode([], p["turns"][0]) for p in inputs.prompts[:sweep_prompts(device.type)]]
     return sweep(target, head, run.engine, run.kernels, prompts, log, min(run.max_new_tokens, SWEEP_MAX_NEW_TOKENS))
