@@ -15,8 +15,9 @@ give the same paths bit for bit:
   calls cost a fraction of that.  A stable ascending argsort of the negated sums is the
   same order as a stable descending sort (negation is exact).
 - :func:`_rank_triton` (CUDA with Triton): each round gives every candidate its place by
-  counting, with binary searches, the candidates that sort before it, and writes the
-  kept ones to their places: one launch per round (see :mod:`bastion.speculative.path_rank_kernels`).
+  counting, with binary searches over the parents' values held in registers, the
+  candidates that sort before it, and writes the kept ones to their places: one launch
+  per round (see :mod:`bastion.speculative.path_rank_kernels`).
   One launch for all rounds, its programs meeting at a grid-wide barrier between rounds,
   was slower on an H200 (docs/performance.md, "Path ranking").
   PyTorch's top-k makes several one-block passes over a few thousand numbers per round;

@@ -28,24 +28,26 @@ import triton.language as tl
 
 LANES = 512  # (candidate, column) pairs per program (H200 sweep: 512 beat 1024-4096, docs/performance.md)
 WARPS = 4  # warps per program
-# A round's binary searches read the parents' values from registers (one load a program)
-# rather than from memory (a dependent load a halving); False: from memory, for comparison.
-HELD = True
 
 
 @triton.jit
-def _prefix_before(base, add, v, length, before_tie, ITERS: tl.constexpr):
+def _prefix_before(base, add, v, length, before_tie, ITERS: tl.constexpr, HELD: tl.constexpr):
     """Per lane: how many leading entries of ``base[0..length) + add`` sort before value ``v``.
 
-    ``base`` (pointers) is sorted descending, so the entries before ``v`` (larger, or equal
-    at a position below ``before_tie``) form a prefix; ITERS halvings find its end.
+    ``base`` is sorted descending, so the entries before ``v`` (larger, or equal at a
+    position below ``before_tie``) form a prefix; ITERS halvings find its end.  ``base``
+    is pointers, or with ``HELD`` one vector [BP] the program holds in registers: then a
+    halving gathers from it instead of waiting on a dependent load from memory.
     """
     lo = tl.zeros_like(length)
     hi = length
     for _ in tl.static_range(ITERS):
         active = lo < hi
         mid = (lo + hi) // 2
-        x = tl.load(base + mid, mask=active, other=0.0) + add
+        if HELD:
+            x = tl.reshape(tl.gather(base, tl.reshape(tl.where(active, mid, 0), [mid.numel]), 0), mid.shape) + add
+        else:
+            x = tl.load(base + mid, mask=active, other=0.0) + add
         right = active & ((x > v) | ((x == v) & (mid < before_tie)))
         lo = tl.where(right, mid + 1, lo)
         hi = tl.where(active & ~right, mid, hi)
@@ -53,25 +55,13 @@ def _prefix_before(base, add, v, length, before_tie, ITERS: tl.constexpr):
 
 
 @triton.jit
-def _prefix_before_held(held, add, v, length, before_tie, ITERS: tl.constexpr):
-    """:func:`_prefix_before` over ``held`` [BP], a sorted vector the program loaded once: each
-    halving reads it with a gather from registers instead of a load from memory."""
-    lo = tl.zeros_like(length)
-    hi = length
-    for _ in tl.static_range(ITERS):
-        active = lo < hi
-        mid = (lo + hi) // 2
-        x = tl.reshape(tl.gather(held, tl.reshape(tl.where(active, mid, 0), [mid.numel]), 0), mid.shape) + add
-        right = active & ((x > v) | ((x == v) & (mid < before_tie)))
-        lo = tl.where(right, mid + 1, lo)
-        hi = tl.where(active & ~right, mid, hi)
-    return lo
+def _round_kernel(prev_ptr, q_ptr, flat_ptr, out_v_ptr, out_i_ptr, n, rows, take,
+                  K: tl.constexpr, BK: tl.constexpr, BI: tl.constexpr, BP: tl.constexpr, ITERS: tl.constexpr):
+    """Candidates c = pid*BI.. : place among all candidates of the round; the first ``take`` are stored.
 
-
-@triton.jit
-def _round_kernel_held(prev_ptr, q_ptr, flat_ptr, out_v_ptr, out_i_ptr, n, rows, take,
-                       K: tl.constexpr, BK: tl.constexpr, BI: tl.constexpr, BP: tl.constexpr, ITERS: tl.constexpr):
-    """:func:`_round_kernel` with the parents' values held in registers for the binary searches."""
+    The parents' values are loaded once into registers and the binary searches gather from
+    them: a halving costs a register gather instead of a dependent load from memory.
+    """
     c = tl.program_id(0) * BI + tl.arange(0, BI)  # [BI]
     valid = c < n
     f = tl.load(flat_ptr + c, mask=valid, other=0)
@@ -84,31 +74,9 @@ def _round_kernel_held(prev_ptr, q_ptr, flat_ptr, out_v_ptr, out_i_ptr, n, rows,
     q_col = tl.load(q_ptr + col, mask=col < K, other=0.0)
     present = tl.where(col < K, tl.minimum(rows, take // (col + 1)), 0)  # rows in column j'
     length = tl.zeros([BI, BK], dtype=tl.int32) + present[None, :]
-    tie = i[:, None] + (col[None, :] < j[:, None]).to(tl.int32)
-    count = _prefix_before_held(held, q_col[None, :], v[:, None], length, tie, ITERS)
-    place = tl.sum(count, axis=1)  # [BI]
-    keep = valid & (place < take)
-    tl.store(out_v_ptr + place, v, mask=keep)
-    tl.store(out_i_ptr + place, f, mask=keep)
-
-
-@triton.jit
-def _round_kernel(prev_ptr, q_ptr, flat_ptr, out_v_ptr, out_i_ptr, n, rows, take,
-                  K: tl.constexpr, BK: tl.constexpr, BI: tl.constexpr, ITERS: tl.constexpr):
-    """Candidates c = pid*BI.. : place among all candidates of the round; the first ``take`` are stored."""
-    c = tl.program_id(0) * BI + tl.arange(0, BI)  # [BI]
-    valid = c < n
-    f = tl.load(flat_ptr + c, mask=valid, other=0)
-    i = (f // K).to(tl.int32)
-    j = (f % K).to(tl.int32)
-    v = tl.load(prev_ptr + i, mask=valid, other=0.0) + tl.load(q_ptr + j, mask=valid, other=0.0)
-    col = tl.arange(0, BK)  # [BK] token ranks j'
-    q_col = tl.load(q_ptr + col, mask=col < K, other=0.0)
-    present = tl.where(col < K, tl.minimum(rows, take // (col + 1)), 0)  # rows in column j'
-    length = tl.zeros([BI, BK], dtype=tl.int32) + present[None, :]
     # on a tie, (i', j') comes first if its flat index i' * K + j' is smaller: i' < i + [j' < j]
     tie = i[:, None] + (col[None, :] < j[:, None]).to(tl.int32)
-    count = _prefix_before(prev_ptr + tl.zeros([1, BK], dtype=tl.int32), q_col[None, :], v[:, None], length, tie, ITERS)
+    count = _prefix_before(held, q_col[None, :], v[:, None], length, tie, ITERS, True)
     place = tl.sum(count, axis=1)  # [BI]
     keep = valid & (place < take)
     tl.store(out_v_ptr + place, v, mask=keep)
@@ -132,7 +100,7 @@ def _final_kernel(v_ptr, f_ptr, depth_ptr, local_ptr, off_ptr, len_ptr, n, m, D,
     length = tl.zeros([BI, BD], dtype=tl.int32) + size[None, :]
     # on a tie, all of an earlier list's entries come first and none of a later list's
     tie = tl.where(lists[None, :] < a[:, None], size[None, :], 0)
-    count = _prefix_before(v_ptr + off[None, :], 0.0, v[:, None], length, tie, ITERS)
+    count = _prefix_before(v_ptr + off[None, :], 0.0, v[:, None], length, tie, ITERS, False)
     count = tl.where(lists[None, :] == a[:, None], r[:, None], count)  # its own list: the entries above it
     place = tl.sum(count, axis=1)
     keep = valid & (place < m)
@@ -155,13 +123,8 @@ def rank_round(prev: torch.Tensor, q: torch.Tensor, flat: torch.Tensor, out_v: t
     n, rows = flat.shape[0], min(prev.shape[0], take)
     bk = triton.next_power_of_2(k)
     bi = max(1, LANES // bk)
-    if HELD:
-        _round_kernel_held[(triton.cdiv(n, bi),)](prev, q, flat, out_v, out_i, n, rows, take, K=k, BK=bk, BI=bi,
-                                                  BP=triton.next_power_of_2(rows), ITERS=_iters(rows),
-                                                  num_warps=WARPS)
-        return
-    _round_kernel[(triton.cdiv(n, bi),)](prev, q, flat, out_v, out_i, n, rows, take,
-                                         K=k, BK=bk, BI=bi, ITERS=_iters(rows), num_warps=WARPS)
+    _round_kernel[(triton.cdiv(n, bi),)](prev, q, flat, out_v, out_i, n, rows, take, K=k, BK=bk, BI=bi,
+                                         BP=triton.next_power_of_2(rows), ITERS=_iters(rows), num_warps=WARPS)
 
 
 def rank_final(values: torch.Tensor, flat: torch.Tensor, depth: torch.Tensor, local: torch.Tensor,

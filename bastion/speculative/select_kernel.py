@@ -3,12 +3,12 @@
 :func:`bastion.speculative.tree.draft_topk` in torch is a top-k (a multi-pass radix
 select and a sort), a log-sum-exp and two copies into the tree phase's buffers: about
 33 us of device time a step for the tiny pair's 15 x 4,096 draft logits on an H100, the
-top-k alone 25 of them (docs/performance.md, "Where a tree step's time goes").  Here one
+top-k alone 27 of them (docs/performance.md, "Where a tree step's time goes").  Here one
 program per depth holds its whole row: it takes the log-sum-exp, packs each logit with
-its token into one key (32 bits for 16-bit logits, else 64) and keeps the k largest keys
-with ``tl.topk`` (at least two: Triton's top-1 does not compile), then reads the winners'
-logits back and writes the log-probabilities (shifted, where asked) and the tokens straight
-into the buffers.
+its token into one 64-bit key and keeps the k largest keys with ``tl.topk`` (at least two:
+a check on an H200 with Triton 3.6 whose first call asked for the top 1 failed there to
+compile ``tl.topk``), then writes the log-probabilities
+(shifted, where asked) and the tokens straight into the buffers.
 
 The key orders by logit, and on equal logits by lower token id first: a defined order,
 so a tree never depends on the kernel's schedule.  ``torch.topk`` leaves the order of
@@ -34,32 +34,32 @@ def _ordered(x):
 
 
 @triton.jit
+def _unordered(o):
+    """The inverse of :func:`_ordered` (the same flip undoes itself)."""
+    return (o ^ ((o >> 31) & 0x7FFFFFFF)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _select_kernel(x_ptr, stride_x, V, scale, shift_ptr, logq_ptr, tok_ptr, stride_q, stride_t, k,
-                   BV: tl.constexpr, K: tl.constexpr, NARROW: tl.constexpr, SCALED: tl.constexpr,
-                   SHIFTED: tl.constexpr):
+                   BV: tl.constexpr, K: tl.constexpr, SCALED: tl.constexpr, SHIFTED: tl.constexpr):
     row = tl.program_id(0)
     col = tl.arange(0, BV)
-    raw = tl.load(x_ptr + row * stride_x + col, mask=col < V, other=float("-inf"))  # [BV], the logits' dtype
-    x = raw.to(tl.float32)
+    x = tl.load(x_ptr + row * stride_x + col, mask=col < V, other=float("-inf")).to(tl.float32)  # [BV]
     s = x / scale if SCALED else x  # as the reference divides
     top = tl.max(s, axis=0)
     lse = top + tl.log(tl.sum(tl.exp(s - top), axis=0))
-    # high bits: the logit's order; low bits: the token reversed, so a lower token wins a tie
-    if NARROW:  # a 16-bit logit and a token below 65,536 fit one 32-bit key: half the sort's work
-        bits = raw.to(tl.int16, bitcast=True).to(tl.int32)
-        key = ((bits ^ ((bits >> 15) & 0x7FFF)) << 16) | (65535 - col)
-        tok = 65535 - (tl.topk(key, K) & 0xFFFF)  # [K]
-    else:
-        key = (_ordered(x).to(tl.int64) << 32) | (BV - 1 - col).to(tl.int64)
-        tok = ((BV - 1) - (tl.topk(key, K) & 0xFFFFFFFF)).to(tl.int32)
-    val = tl.load(x_ptr + row * stride_x + tok).to(tl.float32)  # the winners' logits, read back
+    # high half: the logit's order; low half: BV - 1 - token, so a lower token wins a tie
+    key = (_ordered(x).to(tl.int64) << 32) | (BV - 1 - col).to(tl.int64)
+    best = tl.topk(key, K)  # [K] descending
+    tok = (BV - 1) - (best & 0xFFFFFFFF)
+    val = _unordered((best >> 32).to(tl.int32))
     logq = (val / scale if SCALED else val) - lse
     if SHIFTED:
         logq += tl.load(shift_ptr)
     out = tl.arange(0, K)
     keep = out < k
     tl.store(logq_ptr + row * stride_q + out, logq, mask=keep)
-    tl.store(tok_ptr + row * stride_t + out, tok.to(tl.int64), mask=keep)
+    tl.store(tok_ptr + row * stride_t + out, tok, mask=keep)
 
 
 def serves(logits: torch.Tensor, k: int) -> bool:
@@ -80,4 +80,4 @@ def select_topk(logits: torch.Tensor, temperature: float, logq: torch.Tensor, to
     shift_arg = shift if shift is not None else logq
     _select_kernel[(d,)](logits, logits.stride(0), v, scale, shift_arg, logq, tok, logq.stride(0),
                          tok.stride(0), k, BV=triton.next_power_of_2(v), K=max(2, triton.next_power_of_2(k)),
-                         NARROW=logits.element_size() == 2 and v <= 65536, SCALED=scale != 1.0, SHIFTED=shift is not None, num_warps=8)
+                         SCALED=scale != 1.0, SHIFTED=shift is not None, num_warps=8)
