@@ -158,4 +158,3 @@ class TreePhase:
     def read_mass(self) -> list[float]:
         """The last ranked tree's depth mass, once the readback that follows it has been read."""
         return self.mass or self.mass_host.tolist()
-

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
-import pytest
 import torch
 
 from bastion.engines import static_layers
 from bastion.engines.static_layers import row_kernel
+from tests.support.kernel_check import run_kernel_check
 
 # Runs in a subprocess with TRITON_INTERPRET=1 (the kernel's code on the CPU) unless a GPU is there.
 KERNEL_CHECK = r"""
@@ -149,31 +145,20 @@ print("wiring ok", len(calls), sorted(set(tile_calls)))
 """
 
 
-def _run(code: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    if not torch.cuda.is_available():
-        env["TRITON_INTERPRET"] = "1"
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600,
-                          check=False)
-
-
 def test_kernel_equals_the_layers_arithmetic():
-    pytest.importorskip("triton")
-    proc = _run(KERNEL_CHECK)
+    proc = run_kernel_check(KERNEL_CHECK)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "on 42 cases" in proc.stdout
 
 
 def test_tile_kernel_equals_the_layers_arithmetic():
-    pytest.importorskip("triton")
-    proc = _run(TILE_CHECK)
+    proc = run_kernel_check(TILE_CHECK)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "on 50 cases" in proc.stdout
 
 
 def test_layers_with_the_kernel_decode_as_eager():
-    pytest.importorskip("triton")
-    proc = _run(WIRING_CHECK)
+    proc = run_kernel_check(WIRING_CHECK)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "wiring ok" in proc.stdout
 

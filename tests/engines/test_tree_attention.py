@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -15,6 +11,7 @@ from bastion.engines.static_attention import (
     kernel_serves,
     with_kernel,
 )
+from tests.support.kernel_check import run_kernel_check
 
 # Runs in a subprocess with TRITON_INTERPRET=1 (the kernels' code on the CPU) unless a GPU is there.
 KERNEL_CHECK = r"""
@@ -64,12 +61,7 @@ print(f"kernel equals the reference on {cases} cases, {split_cases} split, worst
 
 
 def test_kernel_equals_the_reference_attention():
-    pytest.importorskip("triton")
-    env = dict(os.environ)
-    if not torch.cuda.is_available():
-        env["TRITON_INTERPRET"] = "1"
-    proc = subprocess.run([sys.executable, "-c", KERNEL_CHECK], capture_output=True, text=True, env=env, timeout=600,
-                          check=False)
+    proc = run_kernel_check(KERNEL_CHECK)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "kernel equals the reference on 54 cases" in proc.stdout
     assert int(proc.stdout.split(",")[1].split()[0]) == 18  # the merge kernel ran: windows of 2+ blocks, 7 or 64 programs

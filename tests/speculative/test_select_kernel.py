@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
 from bastion.engines.static_tree import TreePhase
+from tests.support.kernel_check import run_kernel_check
 
 # Runs in a subprocess with TRITON_INTERPRET=1 (the kernel's code on the CPU) unless a GPU is there.
 KERNEL_CHECK = r"""
@@ -51,12 +48,7 @@ print(f"select equals draft_topk on {cases} cases, worst {worst:.2e}")
 
 
 def test_kernel_equals_draft_topk():
-    pytest.importorskip("triton")
-    env = dict(os.environ)
-    if not torch.cuda.is_available():
-        env["TRITON_INTERPRET"] = "1"
-    proc = subprocess.run([sys.executable, "-c", KERNEL_CHECK], capture_output=True, text=True, env=env, timeout=600,
-                          check=False)
+    proc = run_kernel_check(KERNEL_CHECK)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "select equals draft_topk on 16 cases" in proc.stdout
 
