@@ -7,14 +7,14 @@ top-k alone 27 of them (docs/performance.md, "Where a tree step's time goes").  
 program per depth holds its whole row: it takes the log-sum-exp, packs each logit with
 its token into one 64-bit key and keeps the k largest keys with ``tl.topk`` (at least two:
 a check on an H200 with Triton 3.6 whose first call asked for the top 1 failed there to
-compile ``tl.topk``), then writes the log-probabilities
-(shifted, where asked) and the tokens straight into the buffers.
+compile ``tl.topk``), then writes the log-probabilities (shifted, where asked) and the
+tokens straight into the buffers.
 
 The key orders by logit, and on equal logits by lower token id first: a defined order,
 so a tree never depends on the kernel's schedule.  ``torch.topk`` leaves the order of
 equal logits unspecified; the values agree up to the log-sum-exp's rounding (its sum
 runs in another order), which the tests bound.  A row wider than :data:`MAX_VOCAB` is
-left to torch (a multi-program row is not worth its second pass at those shapes).
+left to torch: one program cannot hold it, and a form that splits rows was not built.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-MAX_VOCAB = 16384  # one program holds the row: 64 KB of keys
+MAX_VOCAB = 16384  # one program holds the row: 128 KB of 64-bit keys
 
 
 @triton.jit
