@@ -30,19 +30,32 @@ jobs_summary() {  # benchmark seconds of the GPU jobs, the decode seconds the re
   python3 - <<'EOF'
 import collections, glob, json, re
 total, sizes, drafted = 0.0, collections.defaultdict(collections.Counter), collections.defaultdict(list)
+spells, committed = collections.defaultdict(collections.Counter), collections.defaultdict(collections.Counter)
 for path in glob.glob("results/*/tiny/*/t*/*.jsonl"):
     temp = re.search(r"/t([0-9.]+)/", path).group(1)
     for line in open(path):
         r = json.loads(line)
         total += float(r["decode_seconds"]) + float(r["prefill_seconds"])
         if r["method"].startswith("bastion") and not r.get("budget"):
-            sizes[(temp, r["method"])].update(r["tree_sizes"])
-            drafted[(temp, r["method"])] += r.get("drafted", [])
+            key, flags = (temp, r["method"]), r.get("drafted", [])
+            sizes[key].update(r["tree_sizes"])
+            drafted[key] += flags
+            committed[key].update(a for a, f in zip(r["acceptance_lengths"], flags) if f)
+            run = 0  # the lengths of the prompt's spells of consecutive drafted steps
+            for f in flags + [0]:
+                if f:
+                    run += 1
+                elif run:
+                    spells[key][run] += 1
+                    run = 0
 print(f"- decoding inside the decode jobs (prefill + decode seconds of every record): {total:.1f} s")
 for (temp, method), seen in sorted(sizes.items()):
     steps = drafted[(temp, method)]
     print(f"- T={temp} {method}: {len(seen)} distinct tree sizes, drafted {sum(steps)} of {len(steps)} steps; "
           f"nodes: steps {dict(sorted(seen.items()))}")
+    if sum(steps) < len(steps):  # a gated method: what its drafted steps committed, in spells of what length
+        print(f"  - tokens a drafted step committed: steps {dict(sorted(committed[(temp, method)].items()))}; "
+              f"spells of drafted steps, length: count {dict(sorted(spells[(temp, method)].items()))}")
 EOF
   grep -h "job-worker\] ran" logs/calibrate_model/*/*.log logs/decode_model*/*/*/*.log 2>/dev/null | sed 's/^/- /'
   echo; cat figures/speedup_table.md 2>/dev/null; echo
