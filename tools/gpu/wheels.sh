@@ -4,7 +4,7 @@
 # is assumed to have torch, Transformers, NumPy, pandas, matplotlib and PyYAML; jsonschema,
 # platformdirs and their dependencies must travel (without platformdirs Snakemake does not
 # start).  The set stays under a 64 MiB working-tree limit together with the repository
-# (about 27 MB of wheels; hypothesis is left out for that reason).  The scripts of tools/gpu
+# (about 15 MB of wheels; hypothesis is left out for that reason).  The scripts of tools/gpu
 # that need them install them with `pip install --no-index --target /tmp/site .whl/*.whl`.
 # Run from the repository root, before copying the checkout to the GPU machine:
 #     bash tools/gpu/wheels.sh        # then carry .whl
@@ -30,4 +30,18 @@ for p in $PKGS; do  # the image's Python is 3.12; a package published only as so
     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl "$p" 2>/dev/null \
   || $PIP wheel -q --no-deps -w .whl "$p"
 done
+# PuLP's wheel carries its CBC solver for six platforms (16 MB); the GPU image is x86-64
+# Linux, and the other five would push the copy past its size limit
+python3 - .whl/pulp-*.whl <<'PY'
+import sys, zipfile
+src = sys.argv[1]
+keep = lambda n: not n.startswith("pulp/solverdir/cbc/") or n.startswith("pulp/solverdir/cbc/linux/i64/")
+with zipfile.ZipFile(src) as z:
+    items = [(i, z.read(i)) for i in z.infolist() if keep(i.filename)]
+with zipfile.ZipFile(src, "w", zipfile.ZIP_DEFLATED) as z:
+    for info, data in items:
+        if info.filename.endswith(".dist-info/RECORD"):
+            data = b"\n".join(l for l in data.split(b"\n") if keep(l.split(b",")[0].decode()))
+        z.writestr(info, data)
+PY
 ls .whl | wc -l; du -sh .whl
