@@ -43,4 +43,4 @@ class RuleCount:
                                 device=self.device)
             self._coefs[key] = (cost_model, coef)  # the model kept alive: its id stays its own
         count_nodes_fused(logp, cost_model.curve_parts(policy.n_max, self.device), self._coefs[key][1], length,
-                          policy.n_min, policy.bucket, policy.n_max, out, policy.neighbour)
+                          policy.n_min, policy.n_max, out, policy.neighbour)

@@ -118,7 +118,7 @@ def walk(
 def _better_bucket(nodes: _Frontier, probs: list[float], count: int, got: int, policy: TreePolicy,
                    curve: list[float], fixed_cost: float) -> int:
     """The bucket above ``count`` if its expected rate is higher (popping the paths it needs), else ``count``."""
-    lo, hi = bucket_pair(count, policy.bucket)
+    lo, hi = bucket_pair(count, policy.n_min)
     if not (lo >= policy.n_min and lo < count and hi <= min(policy.n_max, got + 1)):
         return count
     while len(probs) < hi - 1:  # P(hi) needs the first hi - 1 paths

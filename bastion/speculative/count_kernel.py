@@ -24,7 +24,7 @@ import triton.language as tl
 
 @triton.jit
 def _count_kernel(logp_ptr, n_cand, layers_ptr, kv0_ptr, kv1_ptr, att0_ptr, att1_ptr, c_ptr, coef_ptr, out_ptr,
-                  n_min, width, n_max, neighbour, BLOCK: tl.constexpr):
+                  n_min, n_max, neighbour, BLOCK: tl.constexpr):
     j = tl.arange(0, BLOCK)  # candidate j joins a tree of n = j + 1 nodes
     valid = j < n_cand
     p = tl.exp(tl.load(logp_ptr + j, mask=valid, other=float("-inf")).to(tl.float64))
@@ -47,8 +47,8 @@ def _count_kernel(logp_ptr, n_cand, layers_ptr, kv0_ptr, kv1_ptr, att0_ptr, att1
     count = tl.minimum(first_fail + 1, n_max)
     # the better bucket beside the count (count_nodes): P(k) and C(k) of k = j + 1 nodes, and
     # of k = n_cand + 1 (every candidate in) from the last lane's "next" values
-    lo = (count // width) * width
-    hi = lo + width
+    lo = (count // n_min) * n_min
+    hi = lo + n_min
     fits = (neighbour != 0) & (lo >= n_min) & (lo < count) & (hi <= tl.minimum(n_max, n_cand + 1))
     last = j == n_cand - 1
     p_lo = tl.sum(tl.where(valid & (n == lo), big_p, 0.0), axis=0)
@@ -70,16 +70,15 @@ def _cost(layers_ptr, kv0_ptr, kv1_ptr, att0_ptr, att1_ptr, n, mask, c, u_kv, u_
 
 
 def count_nodes_fused(logp: torch.Tensor, parts: tuple[torch.Tensor, ...], coef: torch.Tensor, c: torch.Tensor,
-                      n_min: int, width: int, n_max: int, out: torch.Tensor, neighbour: bool = True) -> None:
+                      n_min: int, n_max: int, out: torch.Tensor, neighbour: bool = True) -> None:
     """Write the rule's node count (root included) into ``out`` [1] int64, on the device, no sync.
 
     ``logp`` [N] fp32 candidate log-probabilities, best first; ``parts``: the cost curve's
     (layers, kv0, kv1, att0, att1), each fp64 [>= N + 2]; ``coef`` fp64 [6]: u_kv, u_att,
     f_kv, f_att, f_peak and the step's fixed cost; ``c`` the cached length (0-d integer);
-    ``width``: the buckets' (a divisor of ``n_min``);
     ``neighbour``: take the count to the better bucket beside it, as :func:`count_nodes` does
     for the ``best-neighbour`` rounding (otherwise the rule's count, rounded by the caller).
     """
     n_cand = logp.shape[0]
     block = max(16, triton.next_power_of_2(n_cand))
-    _count_kernel[(1,)](logp, n_cand, *parts, c, coef, out, n_min, width, n_max, int(neighbour), BLOCK=block, num_warps=4)
+    _count_kernel[(1,)](logp, n_cand, *parts, c, coef, out, n_min, n_max, int(neighbour), BLOCK=block, num_warps=4)

@@ -102,9 +102,6 @@ class MethodSpec:
         about the same from 12 to 16 nodes, which the smooth cost curve does not see, and
         ``N_MIN_PLUS_SAMPLED_CPU`` at T > 0, where sampled drafts rarely survive and small
         trees are what pays (docs/performance.md, "Where `bastion_plus`'s CPU trees start").
-        On a GPU, where every tree size is a set of CUDA graphs, this project's rule keeps the
-        floor and rounds to the better of the buckets beside its count, buckets half the
-        floor wide (:func:`half_buckets`).
 
         A fixed budget, and a method without a ranked tree, keep ``policy`` as given.
         """
@@ -113,7 +110,7 @@ class MethodSpec:
         if self.rule == "paper":
             return replace(policy, rounding="down")
         if gpu:
-            return replace(policy, rounding="best-neighbour", granule=half_buckets(policy.n_min))
+            return replace(policy, rounding="best-neighbour")
         floor = N_MIN_PLUS_SAMPLED_CPU if sampling else policy.n_min
         return replace(policy, n_min=min(floor, policy.n_max), rounding=None)
 
@@ -139,17 +136,6 @@ class MethodSpec:
         if policy.budget is not None:
             return min(policy.budget, ranked_paths + 1)
         return None
-
-
-def half_buckets(n_min: int) -> int | None:
-    """The bucket width of this project's rule on a GPU: half of an even ``n_min`` (None: ``n_min`` itself).
-
-    Buckets as wide as the floor (32 nodes) let the count stop only at 32, 64, 96, ...: on
-    the tiny pair on an H200 its trees took two sizes at T = 0, 32 and 64, with 56 nodes on
-    average against the best fixed budget of 64 (docs/performance.md).  Half as wide, it
-    stops at 48 or 80 too; each size it reaches costs its graphs' capture once a process.
-    """
-    return n_min // 2 if n_min % 2 == 0 else None
 
 
 @dataclass(frozen=True)

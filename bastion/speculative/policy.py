@@ -23,9 +23,8 @@ class TreePolicy:
 
     ``budget=None`` is BASTION's adaptive rule; ``budget=N`` takes the N most probable
     nodes (root included), for the budget ablation.  ``topk`` caps the tokens considered
-    per depth (K <= 128).  ``n_min`` is the rule's floor; when ``rounding`` is not None
-    its count is rounded to buckets ``granule`` wide (few shapes for CUDA graphs), as wide
-    as the floor unless given (:attr:`bucket`).
+    per depth (K <= 128).  ``n_min`` is the rule's floor and, when ``rounding`` is not
+    None, the width of the buckets its count is rounded to (few shapes for CUDA graphs).
     """
 
     n_min: int = N_MIN
@@ -33,7 +32,6 @@ class TreePolicy:
     topk: int = TOPK
     rounding: str | None = "down"
     budget: int | None = None
-    granule: int | None = None
 
     def __post_init__(self) -> None:
         if self.n_min < 1 or self.n_max < self.n_min:
@@ -42,9 +40,6 @@ class TreePolicy:
             raise ValueError(f"topk must be in 1..{TOPK_LIMIT}, got {self.topk}")
         if self.budget is not None and self.budget < 1:
             raise ValueError(f"budget must be >= 1 node, got {self.budget}")
-        if self.granule is not None and (self.granule < 1 or self.n_min % self.granule):
-            raise ValueError(f"the bucket width must divide n_min={self.n_min} (so no bucket lies below the floor), "
-                             f"got granule={self.granule}")
         if self.rounding not in ROUNDINGS:
             raise ValueError(f"unknown rounding {self.rounding!r}; choose from {', '.join(map(str, ROUNDINGS))}")
 
@@ -52,11 +47,6 @@ class TreePolicy:
     def limit(self) -> int:
         """The most nodes a tree may have: the fixed budget, or ``n_max`` for the adaptive rule."""
         return self.budget if self.budget is not None else self.n_max
-
-    @property
-    def bucket(self) -> int:
-        """The width of the buckets the rule's count is rounded to: ``granule``, else ``n_min``."""
-        return self.granule or self.n_min
 
     @property
     def neighbour(self) -> bool:

@@ -31,11 +31,10 @@ def count_nodes(
 
     The rule's test for candidate j, ``p_j (F + C(n)) > P(n) (C(n+1) - C(n))``, is exactly
     "the expected rate P/(F + C) of the tree with it beats the rate without it".  With the
-    ``best-neighbour`` rounding a count that is not a multiple of the bucket width
-    (:attr:`~bastion.speculative.policy.TreePolicy.bucket`) is then taken to whichever
-    bucket beside it has the higher rate, when the bucket above fits the ranked candidates
-    and ``n_max``: rounding down every time throws away up to a bucket's width less one of
-    the nodes the rule found worth their cost (docs/performance.md).  Any count
+    ``best-neighbour`` rounding a count that is not a multiple of ``n_min`` is then taken
+    to whichever bucket beside it has the higher rate, when the bucket above fits the
+    ranked candidates and ``n_max``: rounding down every time throws away up to
+    ``n_min - 1`` nodes the rule found worth their cost (docs/performance.md).  Any count
     left as it is goes through :func:`bucket_size` (down to a bucket, or kept when the
     policy has no rounding).
 
@@ -59,7 +58,7 @@ def count_nodes(
         return count
     # the better bucket: P(k) = total[k - 1] for k = 1 .. N + 1 nodes, C(k) = curve[k]
     total = torch.cat([big_p, big_p[-1:] + p[-1:]])  # [N + 1]
-    lo, hi = bucket_pair(count, policy.bucket)
+    lo, hi = bucket_pair(count, policy.n_min)
     fits = (lo >= policy.n_min) & (lo < count) & (hi <= min(policy.n_max, avail))
     hi_c = hi.clamp(max=avail)  # an index in range whether or not it fits
     rate_lo = total[lo.clamp(min=1) - 1] / (fixed_cost + curve[lo])
@@ -78,7 +77,7 @@ def _count_nodes_host(logp: torch.Tensor, policy: TreePolicy, cost_curve: torch.
     fails = np.flatnonzero(~ok)
     first_fail = int(fails[0]) if fails.size else p.shape[0]  # "fails" once candidates run out
     count = min(first_fail + 1, policy.n_max)
-    lo, hi = bucket_pair(count, policy.bucket)
+    lo, hi = bucket_pair(count, policy.n_min)
     if policy.neighbour and lo >= policy.n_min and lo < count and hi <= min(policy.n_max, p.shape[0] + 1):
         total = np.concatenate((big_p, big_p[-1:] + p[-1:]))  # P(k) = total[k - 1]
         if total[hi - 1] / (fixed_cost + curve[hi]) > total[lo - 1] / (fixed_cost + curve[lo]):
@@ -86,16 +85,15 @@ def _count_nodes_host(logp: torch.Tensor, policy: TreePolicy, cost_curve: torch.
     return torch.tensor(count)
 
 
-def bucket_pair(count: int | torch.Tensor, width: int) -> tuple:
-    """The buckets either side of a node count: (the multiple of ``width`` at or below it, the next one)."""
-    lo = (count // width) * width
-    return lo, lo + width
+def bucket_pair(count: int | torch.Tensor, n_min: int) -> tuple:
+    """The buckets either side of a node count: (the multiple of ``n_min`` at or below it, the next one)."""
+    lo = (count // n_min) * n_min
+    return lo, lo + n_min
 
 
 def bucket_size(n: int, policy: TreePolicy) -> int:
-    """An adaptive node count as a tree size: rounded down to a bucket (a multiple of the
-    policy's bucket width; a count under ``n_min`` stays as it is), or kept when the policy
-    has no rounding.
+    """An adaptive node count as a tree size: rounded down to a multiple of ``n_min`` (never
+    below the count when it is under ``n_min``), or kept when the policy has no rounding.
 
     With the ``best-neighbour`` rounding :func:`count_nodes` already returns the bucket
     above when that one is better, so this rounds down only counts whose upper bucket lost
@@ -103,7 +101,7 @@ def bucket_size(n: int, policy: TreePolicy) -> int:
     """
     if policy.budget is not None or policy.rounding is None or n < policy.n_min:
         return n
-    return bucket_pair(n, policy.bucket)[0]
+    return bucket_pair(n, policy.n_min)[0]
 
 
 def search_width(hint: int, policy: TreePolicy) -> int:
@@ -118,14 +116,14 @@ def wider_search(m: int, got: int, n: int, policy: TreePolicy) -> int | None:
     Ranking only the best ``m`` paths is exact unless the rule accepted all ``got == m``
     of them; then it is repeated four times wider (up to ``n_max - 1``).  It is also
     repeated when the count ``n`` is not a bucket because the bucket above it needed more
-    paths than were ranked (:func:`count_nodes` could not weigh it); with the bucket width and
-    the ranking widths powers of two that happens only when every ranked path was kept.
+    paths than were ranked (:func:`count_nodes` could not weigh it); with ``n_min`` and the
+    ranking widths powers of two that does not happen.
     """
     if got != m or m >= policy.n_max - 1:
         return None
     if n - 1 >= got:
         return min(policy.n_max - 1, 4 * m)
-    lo, hi = bucket_pair(n, policy.bucket)
+    lo, hi = bucket_pair(n, policy.n_min)
     if policy.neighbour and policy.budget is None and policy.n_min <= lo < n and got + 1 < hi <= policy.n_max:
         return min(policy.n_max - 1, max(4 * m, hi - 1))
     return None

@@ -20,13 +20,10 @@ The count then becomes a tree size by the policy's ``rounding``:
 
 * ``"down"`` (the paper's release): down to a multiple of ``n_min``, so the verifier
   sees few shapes (a count under ``n_min``, when fewer candidates exist, is kept);
-* ``"best-neighbour"``: to whichever bucket beside it has the higher expected rate
-  P/(T_fixed + C), when the bucket above can be formed from the ranked candidates within
-  ``n_max``, and down otherwise;
+* ``"best-neighbour"``: to whichever multiple of ``n_min`` beside it has the higher
+  expected rate P/(T_fixed + C), when the bucket above can be formed from the ranked
+  candidates within ``n_max``, and down otherwise;
 * ``None``: the count itself (granularity 1, where no graphs ask for few shapes).
-
-Buckets are multiples of the policy's ``granule`` where it has one (a divisor of
-``n_min``: this project's rule on a GPU), else of ``n_min``.
 
 The rule is evaluated in fp64 (C(n), C(n+1) - C(n), p and P), as in the original
 release; path log-probabilities are fp32 sums of the per-depth fp32 log-probabilities.
@@ -276,7 +273,7 @@ def build_tree_heap(
         heap.take()
     count = len(heap.tokens)
     if policy.budget is None and policy.neighbour:  # the better bucket beside the count (count_nodes)
-        lo, hi = bucket_pair(count, policy.bucket)
+        lo, hi = bucket_pair(count, policy.n_min)
         if lo >= policy.n_min and lo < count and hi <= policy.limit:
             while heap.heap and len(heap.tokens) < hi:
                 heap.take()

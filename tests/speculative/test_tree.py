@@ -267,11 +267,10 @@ def test_bucketing_rounds_adaptive_size_down(rounding):
     assert bucketed.parents.tolist() == free.parents.tolist()[:48]
 
 
-@pytest.mark.parametrize("rounding, half", [("down", False), ("best-neighbour", False), ("best-neighbour", True)])
-def test_the_rounding_of_the_count(rounding, half):
+@pytest.mark.parametrize("rounding", ["down", "best-neighbour"])
+def test_the_rounding_of_the_count(rounding):
     """``down``: the multiple of n_min at or below the rule's count, always (the paper's release).
-    ``best-neighbour``: the one beside it with the higher P / (T_fixed + C), not always the lower;
-    with ``half``, buckets half of n_min wide (bastion_plus on a GPU), never below n_min.
+    ``best-neighbour``: the one beside it with the higher P / (T_fixed + C), not always the lower.
 
     Brute force: the unrounded tree's size n*, the buckets lo <= n* < hi, P(k) from every
     ranked path's probability.  With ``best-neighbour`` the tree must be ``hi`` exactly when
@@ -279,21 +278,20 @@ def test_the_rounding_of_the_count(rounding, half):
     ``lo``; with ``down`` always ``lo`` (n* itself under n_min); and it must be the best
     ``size - 1`` paths, as the heap oracle builds it.
     """
-    ups = downs = halves = 0
+    ups = downs = 0
     for seed in range(150):
         n_min, n_max = (8, 16)[seed % 2], 64 + seed % 50
         logq = _draft_logprobs(seed, 6, 30, 0.5 + (seed % 7) / 2)
         curve, fixed = _cost_curve(seed + 1000, n_max)
         free = _build(dict(root=0, logq=logq, policy=TreePolicy(n_min=n_min, n_max=n_max, rounding=None), curve=curve,
                            fixed=fixed))
-        policy = TreePolicy(n_min=n_min, n_max=n_max, rounding=rounding, granule=n_min // 2 if half else None)
+        policy = TreePolicy(n_min=n_min, n_max=n_max, rounding=rounding)
         tree = _build(dict(root=0, logq=logq, policy=policy, curve=curve, fixed=fixed), hint=seed % 40 + 1)
         logp = top_paths(logq.topk(min(policy.topk, 30), dim=-1).values, n_max - 1)[0].double()
         total = torch.cat([torch.ones(1, dtype=torch.float64), logp.exp()]).cumsum(0)  # P(k) = total[k - 1]
         c = curve.double()
-        width = policy.bucket
-        lo = free.size // width * width
-        hi = lo + width
+        lo = free.size // n_min * n_min
+        hi = lo + n_min
         if rounding == "best-neighbour" and lo >= n_min and lo < free.size and hi <= min(n_max, logp.shape[0] + 1) \
                 and total[hi - 1] / (fixed + c[hi]) > total[lo - 1] / (fixed + c[lo]):
             expected, ups = hi, ups + 1
@@ -301,19 +299,10 @@ def test_the_rounding_of_the_count(rounding, half):
             expected = lo if free.size >= n_min else free.size
             downs += lo < free.size
         assert tree.size == expected, (seed, free.size, tree.size)
-        assert tree.size >= min(n_min, free.size)
-        halves += tree.size % n_min != 0 and tree.size > n_min
         tokens, parents = build_tree_heap(0, logq, policy, curve, fixed)
         assert (tree.tokens.tolist(), tree.parents.tolist()) == (tokens, parents)
     assert downs > 10, downs
     assert ups > 10 if rounding == "best-neighbour" else ups == 0, ups  # both outcomes exercised where they exist
-    assert halves > 10 if half else halves == 0, halves  # sizes between n_min's multiples only with half buckets
-
-
-def test_a_bucket_width_must_divide_the_floor():
-    assert TreePolicy(n_min=32, granule=16).bucket == 16 and TreePolicy(n_min=32).bucket == 32
-    with pytest.raises(ValueError, match=r"the bucket width must divide n_min=32 .*got granule=12"):
-        TreePolicy(n_min=32, granule=12)
 
 
 def test_the_policy_names_an_unknown_rounding():
