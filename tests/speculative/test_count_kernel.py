@@ -8,13 +8,12 @@ CPU build has none), and the dispatch test shows the reference serving instead.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 import torch
+
+from tests.support.kernel_check import run_kernel_check
 
 KERNEL_CHECK = textwrap.dedent("""
     import itertools, torch
@@ -64,11 +63,7 @@ KERNEL_CHECK = textwrap.dedent("""
 
 
 def test_fused_count_equals_the_reference():
-    pytest.importorskip("triton")
-    env = dict(os.environ)
-    if not torch.cuda.is_available():
-        env["TRITON_INTERPRET"] = "1"  # the kernel's code, run on the CPU
-    proc = subprocess.run([sys.executable, "-c", KERNEL_CHECK], capture_output=True, text=True, env=env, timeout=900)
+    proc = run_kernel_check(KERNEL_CHECK, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "fused count equals the reference on" in proc.stdout
     distinct, raised = (int(part.split()[0]) for part in proc.stdout.split(",")[1:3])

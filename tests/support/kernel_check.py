@@ -10,7 +10,7 @@ import pytest
 import torch
 
 
-def run_kernel_check(code: str) -> subprocess.CompletedProcess:
+def run_kernel_check(code: str, timeout: int = 600) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter (``TRITON_INTERPRET=1`` without CUDA: the kernels' code on the CPU).
 
     A subprocess, because Triton reads ``TRITON_INTERPRET`` when it is imported.  Skips the
@@ -20,5 +20,5 @@ def run_kernel_check(code: str) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     if not torch.cuda.is_available():
         env["TRITON_INTERPRET"] = "1"
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600,
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout,
                           check=False)
