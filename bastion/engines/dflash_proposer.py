@@ -114,6 +114,7 @@ class StaticDFlash:
         self.wide = torch.zeros(1, min(WIDE_ROWS, bufs.capacity), feat_dim, dtype=dtype, device=dev)
         self.held = torch.zeros((), dtype=torch.long, device=dev)
         self.held_rows = 0
+        self.pend_live = False  # pend holds a drafted step's kept rows, not yet set aside
 
     def window(self, committed: int) -> int:
         """The drafter's attention window when the host has read ``committed`` tokens.
@@ -132,9 +133,10 @@ class StaticDFlash:
             self.held.zero_()
             self.pend_count.fill_(w)
             self.draft(kv, features)
-            return
-        self.hold_prompt(features)
-        self._take_in_held(run, kv)
+        else:
+            self.hold_prompt(features)
+            self._take_in_held(run, kv)
+        self.pend_live = True  # this step's commit keeps rows in pend
 
     def hold_prompt(self, features: torch.Tensor) -> None:
         """A prompt whose first step does not draft: its rows ``features`` [1, P, F] wait in ``wide`` for the
@@ -144,12 +146,12 @@ class StaticDFlash:
         self.held.fill_(w)
         self.held_rows = w
         self.pend_count.zero_()
+        self.pend_live = False
 
     def step(self, run: GraphRunner, committed: int) -> None:
         kv = self.window(committed)  # the context grows by at most a block a step
-        if self.held_rows:  # steps without a draft went before: their rows, then the last (AR) step's
-            self.wide[:, self.held_rows].copy_(self.pend[:, 0])
-            self.held_rows += 1
+        self.pend_live = True
+        if self.held_rows:  # steps without a draft went before: every row they set aside, their own included
             self._take_in_held(run, kv)
             return
         run(("draft", kv), lambda: self.draft(kv, self.pend))
@@ -171,14 +173,36 @@ class StaticDFlash:
             return
         run(("take_in", kv, width), lambda: self.draft(kv, self.wide[:, :width]))
 
-    def hold(self, rows: int) -> None:
-        """The next commit (:meth:`keep_root` with ``hold``) sets aside the ``rows`` states :meth:`keep` kept
-        last; the next draft takes them in first.  Only counted here: the rows move on the device."""
-        need, room = self.held_rows + rows + 1, self.wide.shape[1] - 1  # the next draft adds the last step's row
+    def hold(self, run: GraphRunner, rows: int) -> None:
+        """Before a step without a draft verifies: set aside what the next draft must take in first.
+
+        The ``rows`` states the last step kept move from ``pend`` into ``wide`` when that step
+        drafted (on the device: :meth:`set_aside`); an earlier step without a draft put its
+        own row there already.  This step's verify writes its row there too
+        (:meth:`hold_row`), so such a step adds to AR's step only that write and the tap.
+        """
+        moved = rows if self.pend_live else 0
+        need, room = self.held_rows + moved + 1, self.wide.shape[1] - 1
         if need > room:
             raise RuntimeError(f"{need} context rows (those set aside by steps without a draft, and the last "
                                f"step's) do not fit the {room} rows of the wide buffer; draft sooner")
-        self.held_rows += rows
+        if moved:
+            run(("set_aside",), self.set_aside, writes=self.state())
+        self.held_rows, self.pend_live = need, False
+
+    def set_aside(self) -> None:
+        """The ``pend_count`` rows the last commit kept go after those set aside in ``wide``; rows past the
+        count go to wide's last row, which no draft reads."""
+        arange = self.bufs.arange[: self.width]
+        rows = torch.where(arange < self.pend_count, self.held + arange, self.wide.shape[1] - 1)  # [b]
+        self.wide[0].index_copy_(0, rows, self.pend[0])
+        self.held.add_(self.pend_count)
+
+    def hold_row(self, feats: torch.Tensor) -> None:
+        """Inside the verify of a step without a draft: its root's tapped states ``feats`` [1, F] after the rows
+        set aside (the next draft's context; :meth:`hold` counted it)."""
+        self.wide[0].index_copy_(0, self.held.view(1), feats)
+        self.held.add_(1)
 
     def draft(self, kv: int, feats: torch.Tensor) -> None:
         """Drafter forward for the block at the committed length; ``feats`` [1, W, F] enter its context first."""
@@ -215,15 +239,9 @@ class StaticDFlash:
         self.pend[0, :b].copy_(self.features.index_select(0, keep[:b]))
         self.pend_count.copy_(count + 1)
 
-    def keep_root(self, hold: bool = False) -> None:
-        """:meth:`keep` of a one-node tree (every kept index 0, count 0), without the gather; with ``hold``
-        (a step without a draft) the rows :meth:`keep` kept last go after those set aside first."""
-        b, arange = self.width, self.bufs.arange[: self.width]
-        if hold:  # rows past the count go to wide's last row, which no draft reads
-            rows = torch.where(arange < self.pend_count, self.held + arange, self.wide.shape[1] - 1)  # [b]
-            self.wide[0].index_copy_(0, rows, self.pend[0])
-            self.held.add_(self.pend_count)
-        self.pend[0, :b].copy_(self.features[:1].expand(b, -1))
+    def keep_root(self) -> None:
+        """:meth:`keep` of a one-node tree (every kept index 0, count 0), without the gather."""
+        self.pend[0, : self.width].copy_(self.features[:1].expand(self.width, -1))
         self.pend_count.fill_(1)
 
     def state(self) -> list[torch.Tensor]:

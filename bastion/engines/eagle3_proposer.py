@@ -158,11 +158,8 @@ class StaticEagle3:
         """The root's and the accepted nodes' states: the next draft's pairs (the host slices them by the count it reads)."""
         self.pend[: keep.shape[0]].copy_(self.features.index_select(0, keep))
 
-    def keep_root(self, hold: bool = False) -> None:
-        """:meth:`keep` of a one-node tree (every kept index 0), without the gather.  EAGLE-3's steps always
-        draft, so nothing is ever held."""
-        if hold:
-            raise RuntimeError("EAGLE-3 sets no states aside: every EAGLE-3 step drafts")
+    def keep_root(self) -> None:
+        """:meth:`keep` of a one-node tree (every kept index 0), without the gather."""
         self.pend.copy_(self.features[:1].expand_as(self.pend))
 
     def state(self) -> list[torch.Tensor]:

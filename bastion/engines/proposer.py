@@ -85,13 +85,16 @@ class StaticProposer(Protocol):
     def keep(self, keep: torch.Tensor, count: torch.Tensor) -> None:
         """Inside commit: keep the accepted nodes' states (``keep`` [width] path order, ``count`` 0-d) for the next draft."""
 
-    def keep_root(self, hold: bool = False) -> None:
-        """:meth:`keep` of a one-node tree, the same states kept more cheaply; with ``hold`` (a step without a
-        draft) the states :meth:`keep` kept last are first set aside, on the device, for the next :meth:`step`."""
+    def keep_root(self) -> None:
+        """:meth:`keep` of a one-node tree, the same states kept more cheaply."""
 
-    def hold(self, rows: int) -> None:
-        """Before a step without a draft commits: count the ``rows`` states its :meth:`keep_root` sets aside,
-        which the next :meth:`step` takes in first (only the proposers of methods that skip drafts are asked)."""
+    def hold(self, run: GraphRunner, rows: int) -> None:
+        """Before a step without a draft verifies: set aside, on the device, the ``rows`` states the last step
+        kept, for the next :meth:`step` to take in first, with the root's that this step's verify writes
+        through :meth:`hold_row` (only the proposers of methods that skip drafts are asked)."""
+
+    def hold_row(self, feats: torch.Tensor) -> None:
+        """Inside the verify of a step without a draft: its root's tapped states ``feats`` [1, F], set aside."""
 
     def hold_prompt(self, features: torch.Tensor | None) -> None:
         """In place of :meth:`first` when a prompt's first step does not draft: the prompt's ``features``
@@ -133,10 +136,13 @@ class NoDraft:
     def keep(self, keep: torch.Tensor, count: torch.Tensor) -> None:
         pass
 
-    def keep_root(self, hold: bool = False) -> None:
+    def keep_root(self) -> None:
         pass
 
-    def hold(self, rows: int) -> None:
+    def hold(self, run: GraphRunner, rows: int) -> None:
+        pass
+
+    def hold_row(self, feats: torch.Tensor) -> None:
         pass
 
     def hold_prompt(self, features: torch.Tensor | None) -> None:

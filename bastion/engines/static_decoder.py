@@ -177,7 +177,7 @@ class StaticDecoder:
             n = self.search.settle(m, got, back[Readback.NODES], lambda width: self._rank_wider(run, width))
             run.hint = 2 * n
         if not drafts:  # this step's commit overwrites the last step's accepted features: the next draft needs them
-            self.proposer.hold(0 if run.first_step else back[Readback.COUNT] + 1)  # (a prompt's: held already)
+            self.proposer.hold(eng.runner, 0 if run.first_step else back[Readback.COUNT] + 1)  # (a prompt's: held)
         self._learn(run)
         run.first_step = False
         kv = eng.window(run.context + n)
@@ -222,7 +222,9 @@ class StaticDecoder:
     def _verify_commit(self, run: _Decode, n: int, kv: int, stamps: tuple, drafted: bool) -> None:
         """Verify the ``n``-node tree in window ``kv``, sample at T > 0, commit; the step's tokens are read next step."""
         eng, taps = self.engine, self.proposer.name
-        eng.runner(("verify", n, kv, run.greedy, taps), lambda: eng.verify(n, kv, run.greedy, taps))
+        hold = taps is not None and not drafted  # a step without a draft: its tapped row is set aside
+        eng.runner(("verify", n, kv, run.greedy, taps, hold), lambda: eng.verify(n, kv, run.greedy, taps, hold),
+                   writes=self.proposer.state() if hold else ())
         td = run.clock()
         lossy = self.spec.lossy and not run.greedy
         if not run.greedy:  # sampling stays eager: the caller's generator drives it
@@ -233,7 +235,6 @@ class StaticDecoder:
                 b.proposals[:n].copy_(logits.argmax(dim=-1))
         te = run.clock()
         if n == 1 and not lossy:  # AR's step, or one of this project's rule that did not draft (it holds)
-            hold = taps is not None and not drafted
             eng.runner(("commit_root", taps, hold), lambda: eng.commit_root(taps, hold), writes=eng.state())
         else:
             eng.runner(("commit", n, taps, lossy), lambda: eng.steps.commit(n, taps, lossy), writes=eng.state())

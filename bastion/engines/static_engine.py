@@ -139,10 +139,11 @@ class StaticEngine:
         return proposer
 
     # ------------------------------------------------------------------ step functions
-    def verify(self, n: int, kv: int, greedy: bool, taps: str | None) -> None:
+    def verify(self, n: int, kv: int, greedy: bool, taps: str | None, hold: bool = False) -> None:
         """Target forward over the ``n`` tree nodes with a [n, kv] mask; proposals or logits out.
 
-        ``taps``: the drafter whose layers to tap (None: none), a graph per value.
+        ``taps``: the drafter whose layers to tap (None: none), a graph per value; with ``hold``
+        (a one-node step without a draft) the tapped states are set aside for the next draft.
         """
         proposer, b = self._tap(taps), self.buffers
         mask = b.mask[:n, :kv]
@@ -158,7 +159,9 @@ class StaticEngine:
             b.proposals[:n].copy_(logits.argmax(dim=-1))
         else:
             b.logits[:n].copy_(logits)
-        if taps is not None:
+        if hold:
+            proposer.hold_row(feats[0])
+        elif taps is not None:
             proposer.tapped()[:n].copy_(feats[0])
 
     def _forward(self, ids, positions, mask, features: bool):
@@ -215,12 +218,11 @@ class StaticEngine:
         With ``taps`` the root's tapped states become the next draft's context, as
         :meth:`commit` keeps them, without the general commit's gathers over the cache
         (about 0.2 ms of a 5.5 ms step on a CPU); with ``hold`` (a step of this project's
-        rule that did not draft) the states kept before them are set aside for the next
-        draft, on the device, so that such a step adds no host work to AR's step.
+        rule that did not draft) its verify set them aside already, so it keeps nothing.
         """
         b = self.buffers
-        if taps is not None:
-            self.proposers[taps].keep_root(hold)
+        if taps is not None and not hold:
+            self.proposers[taps].keep_root()
         bonus = b.proposals[:1]
         b.readback[self.layout.COUNT].zero_()
         b.readback[self.layout.bonus :].copy_(bonus)

@@ -81,6 +81,8 @@ def _recorded_trees(engine: Engine) -> tuple[list[int], list[tuple]]:
 
     def recording(tree):
         write(tree)
+        if getattr(engine.static.runner, "warming", False):  # a capture's warm-ups (PaddingRunner) draft too
+            return
         b, n = proposer.bufs, tree.size
         trees.append((b.tree_tokens[:n].clone(), b.tree_parents[:n].clone(), b.tree_depths[:n].clone(),
                       b.tree_anc[:n, :n].clone()))

@@ -1,8 +1,9 @@
 """The DFlash proposer's rows set aside by steps without a draft, kept on the device.
 
-A step of this project's rule that does not draft commits through ``keep_root(hold=True)``:
-the rows the last commit kept (as many as its count) go after those set aside before, in
-the proposer's wide buffer, and the next draft takes them all in.  The host only counts.
+A step of this project's rule that does not draft sets rows aside before it verifies
+(``hold``): the rows the last drafted step kept (as many as its count) go after those set
+aside before, in the proposer's wide buffer, and its verify writes its own row after them
+(``hold_row``); the next draft takes them all in.  The host only counts.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from bastion.engines.graphs import GraphRunner
 from bastion.engines.static_engine import StaticEngine
 from bastion.models.target import Target
 from tests.support.builders import tiny_drafter, tiny_target
@@ -22,44 +24,53 @@ def proposer():
     return engine.proposers["dflash"]
 
 
-def test_a_held_step_appends_the_kept_rows_after_those_held_before(proposer):
+RUN = GraphRunner(torch.device("cpu"))  # eager: nothing to capture on a CPU
+
+
+def test_the_first_step_without_a_draft_sets_the_drafted_rows_aside_and_then_its_own(proposer):
     p = proposer
     feat = p.pend.shape[-1]
     p.held.fill_(2)
+    p.held_rows, p.pend_live = 2, True  # the last step drafted
     p.wide.zero_()
     p.pend[0].copy_(torch.arange(8 * feat, dtype=p.pend.dtype).view(8, feat))
     p.pend_count.fill_(3)  # the last commit kept the root and two accepted nodes
-    p.features[0].fill_(-1.0)
-    p.keep_root(hold=True)
+    p.hold(RUN, 3)
     assert torch.equal(p.wide[0, 2:5], torch.arange(3 * feat, dtype=p.pend.dtype).view(3, feat))
     assert not p.wide[0, :2].any() and not p.wide[0, 5:-1].any()  # nothing else moved (the last row takes the rest)
-    assert int(p.held) == 5 and int(p.pend_count) == 1
-    assert torch.equal(p.pend[0], torch.full_like(p.pend[0], -1.0))  # the root's states, for the next step
-    p.keep_root()  # a drafted one-node step keeps the root and sets nothing aside
-    assert int(p.held) == 5
+    assert int(p.held) == 5 and p.held_rows == 6  # the host counts this step's own row already
+    p.hold_row(torch.full((1, feat), -1.0, dtype=p.pend.dtype))  # inside its verify
+    assert torch.equal(p.wide[0, 5], torch.full((feat,), -1.0, dtype=p.pend.dtype)) and int(p.held) == 6
+    p.hold(RUN, 1)  # a second step without a draft: the last one's row is set aside already
+    assert int(p.held) == 6 and p.held_rows == 7 and not p.wide[0, 6:-1].any()
+    p.hold_row(torch.full((1, feat), -2.0, dtype=p.pend.dtype))
+    assert int(p.held) == 7 and p.wide[0, 6, 0] == -2.0
+    p.held_rows, p.pend_live = 0, False
 
 
 def test_rows_that_would_overflow_the_wide_buffer_are_refused_by_the_count(proposer):
     p = proposer
-    p.held_rows = 0
+    p.held_rows, p.pend_live = 0, False
     room = p.wide.shape[1] - 1  # the last row takes the writes past the count
-    p.hold(room - 1)
+    for _ in range(room):
+        p.hold(RUN, 1)
     with pytest.raises(RuntimeError, match=rf"{room + 1} context rows \(those set aside .* do not fit the {room} rows"):
-        p.hold(1)
+        p.hold(RUN, 1)
     p.held_rows = 0
 
 
-def test_a_prompt_without_a_first_draft_is_held_whole_and_its_first_commit_adds_nothing(proposer):
+def test_a_prompt_without_a_first_draft_is_held_whole_and_its_first_step_adds_its_own_row(proposer):
     p = proposer
     feat = p.pend.shape[-1]
     p.wide.zero_()
     prompt = torch.arange(1, 5 * feat + 1, dtype=p.pend.dtype).view(1, 5, feat)
     p.pend_count.fill_(7)  # whatever the last prompt left
+    p.pend_live = True
     p.hold_prompt(prompt)
     assert torch.equal(p.wide[:, :5], prompt) and not p.wide[0, 5:].any()
-    assert int(p.held) == 5 and p.held_rows == 5 and int(p.pend_count) == 0
-    p.hold(0)  # the first step's commit: nothing kept before it
-    p.keep_root(hold=True)
-    assert torch.equal(p.wide[:, :5], prompt) and not p.wide[0, 5:-1].any()
-    assert int(p.held) == 5 and int(p.pend_count) == 1  # its own row goes with the next held step
+    assert int(p.held) == 5 and p.held_rows == 5 and int(p.pend_count) == 0 and not p.pend_live
+    p.hold(RUN, 0)  # the first step: nothing kept before it
+    assert torch.equal(p.wide[:, :5], prompt) and not p.wide[0, 5:-1].any() and int(p.held) == 5
+    p.hold_row(torch.ones(1, feat, dtype=p.pend.dtype))
+    assert int(p.held) == 6 and p.held_rows == 6 and p.wide[0, 5].eq(1).all()
     p.held_rows = 0

@@ -54,7 +54,9 @@ def recording_engine(*a, **kw) -> StaticEngine:
     engine = StaticEngine(*a, **kw)
     drafts = engine.proposers["dflash"]
     engine.drafts, logits = [], drafts.draft_logits
-    drafts.draft_logits = lambda kv, feats: _kept(engine.drafts, logits(kv, feats))
+    # a capture's warm-ups draft too (PaddingRunner): only what the step itself drafts is kept
+    drafts.draft_logits = lambda kv, feats: _kept([] if getattr(engine.runner, "warming", False) else engine.drafts,
+                                                  logits(kv, feats))
     return engine
 
 

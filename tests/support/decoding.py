@@ -60,12 +60,24 @@ POLICIES = [
 
 class PaddingRunner(GraphRunner):
     """Runs every function eagerly but reports graphs as enabled, so that the engine takes the
-    paths it takes for graphs on a CPU: the wide drafts padded to a power of two."""
+    paths it takes for graphs on a CPU: the wide drafts padded to a power of two.  A key's first
+    call runs the capture's warm-ups too, restoring only ``writes`` after them, as a capture
+    does: a function that updates state it does not declare shows here."""
 
     def __init__(self, device: torch.device, enabled: bool = True, warmup: int = 2) -> None:
         super().__init__(device, enabled=False, warmup=warmup)
-        self.enabled, self.keys = enabled, []
+        self.enabled, self.keys, self.seen = enabled, [], set()
+        self.warming = False  # inside a first call's warm-ups (a recorder may skip what they compute)
 
     def __call__(self, key, fn, writes=()) -> None:
+        if key not in self.seen:
+            self.seen.add(key)
+            saved = [t.clone() for t in writes]
+            self.warming = True
+            for _ in range(self.warmup):
+                fn()
+            self.warming = False
+            for t, old in zip(writes, saved):
+                t.copy_(old)
         self.keys.append(key)
         fn()
