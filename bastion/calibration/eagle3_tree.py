@@ -98,8 +98,9 @@ def measure_trees(decoders: Sequence[Decoder], policies: Sequence[Eagle3Policy],
 def sweep_trees(decoder_for: Callable[[Eagle3Policy], Decoder], prompts: Sequence[Sequence[int]], draft_vocab: int,
                 max_new_tokens: int = 64, passes: int = 2,
                 shapes: Sequence[tuple[int, int, int]] | None = None,
-                log: Callable[[str], None] | None = None) -> TreeChoice:
-    """Measure every candidate shape with ``decoder_for(policy)`` and choose (:func:`choose_tree`).
+                log: Callable[[str], None] | None = None, ties: bool = True) -> TreeChoice:
+    """Measure every candidate shape with ``decoder_for(policy)`` and choose (:func:`choose_tree`,
+    near-ties to the higher τ with ``ties``).
 
     Shapes that cannot be built for ``draft_vocab`` or whose deepest round is never kept
     are not decoded at all.
@@ -113,4 +114,4 @@ def sweep_trees(decoder_for: Callable[[Eagle3Policy], Decoder], prompts: Sequenc
             p = m.policy
             log(f"EAGLE-3 tree {p.depth}/{p.top_k}/{p.total_tokens}: tau {m.tau:.2f}, "
                 f"{m.step_seconds * 1e3:.2f} ms a step, {m.tokens_per_second:.1f} tok/s")
-    return TreeChoice(choose_tree(measured), measured)
+    return TreeChoice(choose_tree(measured, ties=ties), measured)

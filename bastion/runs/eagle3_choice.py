@@ -45,6 +45,25 @@ SWEEP_PROMPTS = {"cpu": 4, "cuda": 8}
 def sweep_prompts(device_type: str) -> int:
     """The sweep's prompt count on a device of this type (another accelerator counts as a GPU)."""
     return SWEEP_PROMPTS.get(device_type, SWEEP_PROMPTS["cuda"])
+
+
+# Whether a near-tie with the fastest shape goes to the higher τ, per device type.  On a
+# 2-core CPU VM one sweep's rates move by up to 6% from sweep to sweep, and the tie rule
+# kept 3/1/5 against 1/1/3 there, which decoded as fast or faster over more prompts (1.286x
+# against 1.258x AR on 16).  A GPU's sweep times the faster of two replayed passes: seven
+# sweeps of the tiny pair on H100s and H200s put 3/1/5 first every time; the four times the
+# rule passed it over for a deeper tree 4.5-9.4% behind, EAGLE-3 decoded at 1.12-1.15x AR,
+# against 1.27-1.29x in the three where 3/1/5 decoded (docs/performance.md, "The tiny pair
+# on a CPU and a GPU").  So on a GPU the fastest shape wins alone.
+SWEEP_TIES = {"cpu": True, "cuda": False}
+
+
+def sweep_ties(device_type: str) -> bool:
+    """Whether the sweep's near-ties go to the higher τ on a device of this type (another accelerator
+    counts as a GPU)."""
+    return SWEEP_TIES.get(device_type, SWEEP_TIES["cuda"])
+
+
 # New tokens per sweep decode: the run's own, up to this many.  τ grows along an answer
 # (its first tokens are the hardest to guess), more for deep trees than for short chains:
 # on the tiny pair's first 4 humaneval-pkg prompts the 5-node chain's τ went from 2.96 at
@@ -165,7 +184,7 @@ def sweep(target, head, engine: str, kernels, prompts: list[list[int]], log: Cal
     # which would time captures, not steps: there the faster of two passes counts
     passes = 2 if target.device.type == "cuda" else 1
     return sweep_trees(decoder_for, prompts, head.config.draft_vocab_size, max_new_tokens, passes=passes,
-                       shapes=SWEEP_SHAPES, log=log)
+                       shapes=SWEEP_SHAPES, log=log, ties=sweep_ties(target.device.type))
 
 
 def tree_key(run: RunSettings, eagle3_ref: str) -> TreeKey:

@@ -159,14 +159,17 @@ def tolerance(shape: TreeMeasurement, leader: TreeMeasurement, resolution: float
     return min(max(resolution, 1.0 - math.exp(-2.0 * se)), max(resolution, MAX_TOLERANCE))
 
 
-def choose_tree(measurements: Sequence[TreeMeasurement], resolution: float = RATE_RESOLUTION) -> TreeMeasurement:
-    """The shape to decode with: the most tokens per second, and among the shapes that tie
-    with that rate (:func:`tolerance`), the one that commits the most per step.
+def choose_tree(measurements: Sequence[TreeMeasurement], resolution: float = RATE_RESOLUTION,
+                ties: bool = True) -> TreeMeasurement:
+    """The shape to decode with: the most tokens per second, and with ``ties``, among the
+    shapes that tie with that rate (:func:`tolerance`), the one that commits the most per step.
 
     Rates that close cannot be told apart by one short sweep, while τ at T = 0 is exact; so
     a near-tie goes to the shape that gets more of the head's drafts accepted, and an exact
-    tie to the smaller tree.  Shapes whose deepest round can never be kept are passed over
-    whatever they measured: their step time holds a head pass that commits nothing.
+    tie to the smaller tree.  Without ``ties`` (a sweep whose rates can be told apart: see
+    :data:`bastion.runs.eagle3_choice.SWEEP_TIES`) the fastest shape wins alone.  Shapes whose
+    deepest round can never be kept are passed over whatever they measured: their step time
+    holds a head pass that commits nothing.
     """
     if not 0.0 <= resolution < 1.0:
         raise ValueError(f"resolution {resolution!r} must be a fraction in [0, 1), e.g. {RATE_RESOLUTION}")
@@ -176,7 +179,7 @@ def choose_tree(measurements: Sequence[TreeMeasurement], resolution: float = RAT
         raise ValueError(f"no measured EAGLE-3 tree keeps every round (measured: {names}); "
                          "measure shapes with total tokens >= depth + 2")
     leader = max(usable, key=lambda m: m.tokens_per_second)
-    near = [m for m in usable
-            if m.tokens_per_second >= (1.0 - tolerance(m, leader, resolution)) * leader.tokens_per_second]
+    band = (lambda m: tolerance(m, leader, resolution)) if ties else (lambda m: 0.0)
+    near = [m for m in usable if m.tokens_per_second >= (1.0 - band(m)) * leader.tokens_per_second]
     return max(near, key=lambda m: (m.tau, m.tokens_per_second, -m.policy.total_tokens, -m.policy.depth,
                                     -m.policy.top_k))

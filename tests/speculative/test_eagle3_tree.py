@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from bastion.runs.eagle3_choice import sweep_ties
 from bastion.speculative.eagle3_tree import (
     DEFAULT_SHAPES,
     MAX_TOLERANCE,
@@ -78,6 +79,17 @@ def test_a_near_tie_goes_to_the_higher_tau_and_only_a_near_one():
     assert choose_tree([chain3, chain5, tree10]).policy == Eagle3Policy(3, 1, 5)  # 4% behind, 1.1 more a step
     assert choose_tree([chain3, tree10]).policy == Eagle3Policy(1, 1, 3)  # 20% behind is no tie
     assert choose_tree([chain3, chain5], resolution=0.03).policy == Eagle3Policy(1, 1, 3)
+
+
+def test_without_ties_the_fastest_shape_wins_as_a_gpu_sweep_chooses():
+    """Six shapes of an H200 sweep of the tiny pair (τ as its log printed it, step times from the
+    rates it printed): 4/4/16, 4.5% behind 3/1/5, ties under the CPU's rule and wins on τ; on a
+    GPU the fastest shape wins alone."""
+    measured = [_m((1, 1, 3), 2.61, 0.44086), _m((3, 1, 5), 3.79, 0.59118), _m((2, 2, 6), 3.46, 0.58636),
+                _m((4, 2, 10), 4.54, 0.76927), _m((4, 4, 16), 4.73, 0.77247), _m((7, 10, 60), 6.60, 1.14239)]
+    assert choose_tree(measured).policy == Eagle3Policy(4, 4, 16)
+    assert choose_tree(measured, ties=False).policy == Eagle3Policy(3, 1, 5)
+    assert sweep_ties("cpu") and not sweep_ties("cuda") and not sweep_ties("xpu")  # another accelerator: a GPU's rule
 
 
 def test_exact_ties_go_to_the_smaller_tree():
