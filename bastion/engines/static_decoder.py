@@ -176,7 +176,7 @@ class StaticDecoder:
         if n is None:  # adaptive: the rule's count, read with the previous step's tokens
             n = self.search.settle(m, got, back[Readback.NODES], lambda width: self._rank_wider(run, width))
             run.hint = 2 * n
-        if not drafts:  # this step's commit overwrites the last step's accepted features: the next draft needs them
+        if not drafts:  # the next draft takes in every row set aside: the last step's kept ones, then this one's
             self.proposer.hold(eng.runner, 0 if run.first_step else back[Readback.COUNT] + 1)  # (a prompt's: held)
         self._learn(run)
         run.first_step = False
