@@ -14,6 +14,7 @@ import torch
 from bastion.engines.graphs import GraphRunner
 from bastion.engines.static_engine import StaticEngine
 from bastion.models.target import Target
+from benchmarks.launch_count import cpu_launches
 from tests.support.builders import tiny_drafter, tiny_target
 
 
@@ -74,3 +75,18 @@ def test_a_prompt_without_a_first_draft_is_held_whole_and_its_first_step_adds_it
     p.hold_row(torch.ones(1, feat, dtype=p.pend.dtype))
     assert int(p.held) == 6 and p.held_rows == 6 and p.wide[0, 5].eq(1).all()
     p.held_rows = 0
+
+
+def test_a_step_without_a_draft_runs_three_operators_more_than_an_ar_step():
+    """The tap (one concatenation), its row into the wide buffer and the held count: on a GPU each
+    operator is a kernel of the step's graphs, which a step of AR's length pays for in full."""
+    model = tiny_target("qwen3", seed=3)
+    eng = StaticEngine(Target(model), tiny_drafter(model, block_size=8), max_context=64, n_max=32, graphs=False)
+    prompt = [5, 7, 9, 11, 13]
+    eng.prefill(torch.tensor([prompt]), "dflash", prompt=prompt)
+    eng.buffers.root.fill_(3)
+    eng.build_root()
+    kv = eng.window(len(prompt) + 8)
+    ar = cpu_launches(lambda: (eng.verify(1, kv, True, None), eng.commit_root(None)))
+    held = cpu_launches(lambda: (eng.verify(1, kv, True, "dflash", True), eng.commit_root("dflash", True)))
+    assert held["eager_ops"] - ar["eager_ops"] == 3, (ar, held)  # 9 when the commit moved the rows
