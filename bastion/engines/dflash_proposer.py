@@ -114,7 +114,6 @@ class StaticDFlash:
         self.wide = torch.zeros(1, min(WIDE_ROWS, bufs.capacity), feat_dim, dtype=dtype, device=dev)
         self.held = torch.zeros((), dtype=torch.long, device=dev)
         self.held_rows = 0
-        self.pend_live = False  # pend holds a drafted step's kept rows, not yet set aside
 
     def window(self, committed: int) -> int:
         """The drafter's attention window when the host has read ``committed`` tokens.
@@ -136,7 +135,6 @@ class StaticDFlash:
         else:
             self.hold_prompt(features)
             self._take_in_held(run, kv)
-        self.pend_live = True  # this step's commit keeps rows in pend
 
     def hold_prompt(self, features: torch.Tensor) -> None:
         """A prompt whose first step does not draft: its rows ``features`` [1, P, F] wait in ``wide`` for the
@@ -146,11 +144,9 @@ class StaticDFlash:
         self.held.fill_(w)
         self.held_rows = w
         self.pend_count.zero_()
-        self.pend_live = False
 
     def step(self, run: GraphRunner, committed: int) -> None:
         kv = self.window(committed)  # the context grows by at most a block a step
-        self.pend_live = True
         if self.held_rows:  # steps without a draft went before: every row they set aside, their own included
             self._take_in_held(run, kv)
             return
@@ -176,19 +172,18 @@ class StaticDFlash:
     def hold(self, run: GraphRunner, rows: int) -> None:
         """Before a step without a draft verifies: set aside what the next draft must take in first.
 
-        The ``rows`` states the last step kept move from ``pend`` into ``wide`` when that step
-        drafted (on the device: :meth:`set_aside`); an earlier step without a draft put its
-        own row there already.  This step's verify writes its row there too
-        (:meth:`hold_row`), so such a step adds to AR's step only that write and the tap.
+        ``rows``: the states the last step kept, when it drafted (0 when it did not: its own
+        row is set aside already); they move from ``pend`` into ``wide`` on the device
+        (:meth:`set_aside`).  This step's verify writes its row there too (:meth:`hold_row`),
+        so such a step adds to AR's step only that write and the tap.
         """
-        moved = rows if self.pend_live else 0
-        need, room = self.held_rows + moved + 1, self.wide.shape[1] - 1
+        need, room = self.held_rows + rows + 1, self.wide.shape[1] - 1
         if need > room:
             raise RuntimeError(f"{need} context rows (those set aside by steps without a draft, and the last "
                                f"step's) do not fit the {room} rows of the wide buffer; draft sooner")
-        if moved:
+        if rows:
             run(("set_aside",), self.set_aside, writes=self.state())
-        self.held_rows, self.pend_live = need, False
+        self.held_rows = need
 
     def set_aside(self) -> None:
         """The ``pend_count`` rows the last commit kept go after those set aside in ``wide``; rows past the

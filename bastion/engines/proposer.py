@@ -89,9 +89,10 @@ class StaticProposer(Protocol):
         """:meth:`keep` of a one-node tree, the same states kept more cheaply."""
 
     def hold(self, run: GraphRunner, rows: int) -> None:
-        """Before a step without a draft verifies: set aside, on the device, the ``rows`` states the last step
-        kept, for the next :meth:`step` to take in first, with the root's that this step's verify writes
-        through :meth:`hold_row` (only the proposers of methods that skip drafts are asked)."""
+        """Before a step without a draft verifies: set aside, on the device, the ``rows`` states a drafted last
+        step kept (0 after a step without a draft), for the next :meth:`step` to take in first, with the
+        root's that this step's verify writes through :meth:`hold_row` (only the proposers of methods that
+        skip drafts are asked)."""
 
     def hold_row(self, feats: torch.Tensor) -> None:
         """Inside the verify of a step without a draft: its root's tapped states ``feats`` [1, F], set aside."""

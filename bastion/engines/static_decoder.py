@@ -176,8 +176,9 @@ class StaticDecoder:
         if n is None:  # adaptive: the rule's count, read with the previous step's tokens
             n = self.search.settle(m, got, back[Readback.NODES], lambda width: self._rank_wider(run, width))
             run.hint = 2 * n
-        if not drafts:  # the next draft takes in every row set aside: the last step's kept ones, then this one's
-            self.proposer.hold(eng.runner, 0 if run.first_step else back[Readback.COUNT] + 1)  # (a prompt's: held)
+        if not drafts:  # the next draft takes in every row set aside: a drafted last step's kept ones, then this one's
+            drafted = bool(run.steps) and run.steps[-1].drafted  # (a prompt's rows: set aside already)
+            self.proposer.hold(eng.runner, back[Readback.COUNT] + 1 if drafted else 0)
         self._learn(run)
         run.first_step = False
         kv = eng.window(run.context + n)

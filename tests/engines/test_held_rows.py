@@ -32,31 +32,31 @@ def test_the_first_step_without_a_draft_sets_the_drafted_rows_aside_and_then_its
     p = proposer
     feat = p.pend.shape[-1]
     p.held.fill_(2)
-    p.held_rows, p.pend_live = 2, True  # the last step drafted
+    p.held_rows = 2
     p.wide.zero_()
     p.pend[0].copy_(torch.arange(8 * feat, dtype=p.pend.dtype).view(8, feat))
     p.pend_count.fill_(3)  # the last commit kept the root and two accepted nodes
-    p.hold(RUN, 3)
+    p.hold(RUN, 3)  # the last step drafted
     assert torch.equal(p.wide[0, 2:5], torch.arange(3 * feat, dtype=p.pend.dtype).view(3, feat))
     assert not p.wide[0, :2].any() and not p.wide[0, 5:-1].any()  # nothing else moved (the last row takes the rest)
     assert int(p.held) == 5 and p.held_rows == 6  # the host counts this step's own row already
     p.hold_row(torch.full((1, feat), -1.0, dtype=p.pend.dtype))  # inside its verify
     assert torch.equal(p.wide[0, 5], torch.full((feat,), -1.0, dtype=p.pend.dtype)) and int(p.held) == 6
-    p.hold(RUN, 1)  # a second step without a draft: the last one's row is set aside already
+    p.hold(RUN, 0)  # a second step without a draft: the last one's row is set aside already
     assert int(p.held) == 6 and p.held_rows == 7 and not p.wide[0, 6:-1].any()
     p.hold_row(torch.full((1, feat), -2.0, dtype=p.pend.dtype))
     assert int(p.held) == 7 and p.wide[0, 6, 0] == -2.0
-    p.held_rows, p.pend_live = 0, False
+    p.held_rows = 0
 
 
 def test_rows_that_would_overflow_the_wide_buffer_are_refused_by_the_count(proposer):
     p = proposer
-    p.held_rows, p.pend_live = 0, False
+    p.held_rows = 0
     room = p.wide.shape[1] - 1  # the last row takes the writes past the count
     for _ in range(room):
-        p.hold(RUN, 1)
+        p.hold(RUN, 0)
     with pytest.raises(RuntimeError, match=rf"{room + 1} context rows \(those set aside .* do not fit the {room} rows"):
-        p.hold(RUN, 1)
+        p.hold(RUN, 0)
     p.held_rows = 0
 
 
@@ -66,10 +66,9 @@ def test_a_prompt_without_a_first_draft_is_held_whole_and_its_first_step_adds_it
     p.wide.zero_()
     prompt = torch.arange(1, 5 * feat + 1, dtype=p.pend.dtype).view(1, 5, feat)
     p.pend_count.fill_(7)  # whatever the last prompt left
-    p.pend_live = True
     p.hold_prompt(prompt)
     assert torch.equal(p.wide[:, :5], prompt) and not p.wide[0, 5:].any()
-    assert int(p.held) == 5 and p.held_rows == 5 and int(p.pend_count) == 0 and not p.pend_live
+    assert int(p.held) == 5 and p.held_rows == 5 and int(p.pend_count) == 0
     p.hold(RUN, 0)  # the first step: nothing kept before it
     assert torch.equal(p.wide[:, :5], prompt) and not p.wide[0, 5:-1].any() and int(p.held) == 5
     p.hold_row(torch.ones(1, feat, dtype=p.pend.dtype))
