@@ -52,18 +52,13 @@ class GraphRunner:
 
     def _capture(self, fn: Callable[[], None], writes: Sequence[torch.Tensor]) -> "torch.cuda.CUDAGraph":
         t0 = time.perf_counter()
-        saved = [t.clone() for t in writes]
         # Warm up on a side stream (as capture requires): lazy initialisation, cuBLAS
         # workspaces and cached constants all happen here, outside the capture.
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
-            for _ in range(self.warmup):
-                fn()
+            warm_up(fn, writes, self.warmup)
         torch.cuda.current_stream(self.device).wait_stream(side)
-        for t, old in zip(writes, saved):
-            t.copy_(old)
-        del saved
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool):
             fn()
@@ -73,6 +68,16 @@ class GraphRunner:
         CAPTURES["count"] += 1
         CAPTURES["seconds"] += elapsed
         return graph
+
+
+def warm_up(fn: Callable[[], None], writes: Sequence[torch.Tensor], times: int) -> None:
+    """Run ``fn`` ``times`` times as a capture's warm-up, then put ``writes`` back as they were:
+    the state ``fn`` updates in place must see only the runs that count."""
+    saved = [t.clone() for t in writes]
+    for _ in range(times):
+        fn()
+    for t, old in zip(writes, saved):
+        t.copy_(old)
 
 
 def read_to_host(src: torch.Tensor, pinned: torch.Tensor, poll: torch.cuda.Event | None) -> list[int]:

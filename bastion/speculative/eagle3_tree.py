@@ -179,7 +179,8 @@ def choose_tree(measurements: Sequence[TreeMeasurement], resolution: float = RAT
         raise ValueError(f"no measured EAGLE-3 tree keeps every round (measured: {names}); "
                          "measure shapes with total tokens >= depth + 2")
     leader = max(usable, key=lambda m: m.tokens_per_second)
-    band = (lambda m: tolerance(m, leader, resolution)) if ties else (lambda m: 0.0)
-    near = [m for m in usable if m.tokens_per_second >= (1.0 - band(m)) * leader.tokens_per_second]
+    near = [m for m in usable
+            if m.tokens_per_second >= (1.0 - (tolerance(m, leader, resolution) if ties else 0.0))
+            * leader.tokens_per_second]
     return max(near, key=lambda m: (m.tau, m.tokens_per_second, -m.policy.total_tokens, -m.policy.depth,
                                     -m.policy.top_k))

@@ -7,7 +7,7 @@ import torch
 from bastion.costmodel.model import CostModel, CostParams, StepOverheads
 from bastion.costmodel.roofline import HardwarePeaks, ModelShape
 from bastion.engines.eager import EagerDecoder
-from bastion.engines.graphs import GraphRunner
+from bastion.engines.graphs import GraphRunner, warm_up
 from bastion.models.target import Target
 from bastion.speculative.policy import TreePolicy
 
@@ -72,12 +72,8 @@ class PaddingRunner(GraphRunner):
     def __call__(self, key, fn, writes=()) -> None:
         if key not in self.seen:
             self.seen.add(key)
-            saved = [t.clone() for t in writes]
             self.warming = True
-            for _ in range(self.warmup):
-                fn()
+            warm_up(fn, writes, self.warmup)
             self.warming = False
-            for t, old in zip(writes, saved):
-                t.copy_(old)
         self.keys.append(key)
         fn()
