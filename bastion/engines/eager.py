@@ -14,7 +14,7 @@ methods return identical ids.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 import torch
@@ -24,6 +24,7 @@ from bastion.engines.base import DecodeRun, check_fits, check_method, draft_gate
 from bastion.engines.choice import sync
 from bastion.engines.proposer import Accepted, Draft
 from bastion.engines.proposers import eager_proposer
+from bastion.engines.step_clock import intervals, step_clock
 from bastion.models.eagle3 import Eagle3Drafter
 from bastion.models.target import Target
 from bastion.results.generation import GenerationResult, StepStats
@@ -41,6 +42,7 @@ class _Decode(DecodeRun):
     cache: object  # the target's growing KV cache
     root: torch.Tensor  # 0-d: the last committed token, not yet seen by the target
     unseen: tuple | None = None  # the last drafted step's (committed, nodes, context), for the gate after the next decision
+    marks: list[tuple] = field(default_factory=list)  # (stats, phase stamps) of every step, timed after the last
 
 
 class EagerDecoder:
@@ -86,9 +88,10 @@ class EagerDecoder:
         temperature: float = 0.0,
         stop_token_ids: Iterable[int] = (),
         generator: torch.Generator | None = None,
-        collect_stats: bool = False,
+        collect_stats: bool | str = False,
     ) -> GenerationResult:
         target, device = self.target, self.target.device
+        clock = step_clock(collect_stats, device)  # checks the argument before any work
         ids = prompt_tensor(prompt_ids, max_new_tokens, device)
         prompt_len = ids.shape[1]
         self.check_fits(prompt_len, max_new_tokens)
@@ -96,7 +99,6 @@ class EagerDecoder:
             return GenerationResult([], prompt_len, 0.0, 0.0, "max_new_tokens")
         if self.proposer.layer_ids:  # decoders of several methods may share the target: tap this one's layers
             target.set_feature_layers(self.proposer.layer_ids)
-        clock = (lambda: (sync(device), time.perf_counter())[1]) if collect_stats else (lambda: 0.0)
         stops = set(int(t) for t in stop_token_ids)
 
         sync(device)
@@ -110,10 +112,12 @@ class EagerDecoder:
             self._drafts(run)  # the last step's count; so both engines' gates go through the same states
         sync(device)
         t2 = time.perf_counter()
+        for stats, stamps in run.marks if collect_stats else ():  # every event has completed after the final sync
+            stats.t_draft, stats.t_tree, stats.t_verify, stats.t_accept, stats.t_commit = intervals(stamps)
         return GenerationResult(run.output, prompt_len, t1 - t0, t2 - t1, run.stop_reason, run.steps)
 
     def _prefill(self, ids: torch.Tensor, max_new_tokens: int, stops: set[int], temperature: float,
-                 generator: torch.Generator | None, clock: Callable[[], float]) -> _Decode:
+                 generator: torch.Generator | None, clock: Callable[[], object]) -> _Decode:
         """The prompt's causal forward into a new cache, the first token, the proposer's start."""
         target, device, prompt_len = self.target, self.target.device, ids.shape[1]
         cache = target.new_cache(capacity=prompt_len + max_new_tokens + self.block_size + 64)
@@ -173,8 +177,8 @@ class EagerDecoder:
             run.learning = None if shift is None else (tree.mass, back[Readback.COUNT], shift)
         tf = run.clock()
         # only the tokens emitted count: a stop token or max_new_tokens may cut the step
-        run.steps.append(StepStats(len(run.output) - before, n, c, tb - ta, tc - tb, td - tc, te - td, tf - te,
-                                   drafted=drafts and self.spec.drafts))
+        run.steps.append(StepStats(len(run.output) - before, n, c, drafted=drafts and self.spec.drafts))
+        run.marks.append((run.steps[-1], (ta, tb, tc, td, te, tf)))
 
     @staticmethod
     def _drafts(run: _Decode, first: bool = False, prompt_rows: int = 0) -> bool:

@@ -1,4 +1,4 @@
-"""Phase stamps of a static decode step: none, synchronised host times, or CUDA events.
+"""Phase stamps of a decode step (either engine): none, synchronised host times, or CUDA events.
 
 Step times (``collect_stats``) come in two kinds.  ``True`` synchronises the device at
 every phase boundary, so each phase is timed alone (host launch included); ``"events"``

@@ -150,6 +150,11 @@ def test_statistics_only_when_asked():
     assert all(s.t_verify == 0.0 and s.t_draft == 0.0 for s in quiet.steps)
     assert all(s.t_verify > 0.0 and s.t_draft > 0.0 for s in timed.steps)
     assert all(s.tree_size == 8 for s in timed.steps)
+    # the static engine's clock: the same refusals, before any work
+    with pytest.raises(ValueError, match=r"collect_stats='events' needs a CUDA device, not cpu; use collect_stats=True"):
+        dec.generate([1, 2, 3], 12, collect_stats="events")
+    with pytest.raises(ValueError, match=r"collect_stats must be True, False or 'events', not 'sync'"):
+        dec.generate([1, 2, 3], 12, collect_stats="sync")
 
 
 def test_prompt_that_does_not_fit_is_refused():
