@@ -24,11 +24,17 @@ import torch
 import torch.nn.functional as F
 
 from bastion.engines.row_kernels import row_linear, row_qkv
-from bastion.engines.static_layers import _rms, after_qkv
+from bastion.engines.static_layers import after_qkv
+from benchmarks.kernel_bench import EPS, fastest, finish_row, references
 from benchmarks.tree_phase import graph_us  # µs a replay of a function captured in a CUDA graph
 
 H, I, HEAD, Q, KV, L = 4096, 12288, 151936, 4096, 1024, 36
-EPS = 1e-6
+# name: (N, K, fusion, distinct weights)
+SHAPES = {"qkv": (Q + 2 * KV, H, "norm", L), "o": (H, Q, "residual", L), "gate_up": (2 * I, H, "norm", L),
+          "down": (H, I, "glu_residual", L), "head": (HEAD, H, "norm", 1)}
+FULL_GRID = list(itertools.product((1, 2, 4, 8, 16, 32), (256, 512, 1024, 2048), (2, 4, 8)))  # block_n, block_k, warps
+NEAR_GRID = [(16, 512, 4), (4, 512, 4), (16, 256, 4), (8, 1024, 4), (8, 512, 4), (2, 1024, 4), (4, 1024, 4),
+             (16, 512, 8), (32, 256, 4), (2, 512, 2)]
 
 
 def main() -> None:
@@ -39,73 +45,55 @@ def main() -> None:
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    dev, dt = torch.device("cuda"), torch.bfloat16
+    dev = torch.device("cuda")
     torch.manual_seed(0)
-    # name: (N, K, fusion, copies)
-    shapes = {"qkv": (Q + 2 * KV, H, "norm", L), "o": (H, Q, "residual", L), "gate_up": (2 * I, H, "norm", L),
-              "down": (H, I, "glu_residual", L), "head": (HEAD, H, "norm", 1)}
-    ref_fns = {
-        "norm": torch.compile(lambda x, ln, w, r: F.linear(_rms(x, ln, EPS), w), dynamic=False),
-        "residual": torch.compile(lambda x, ln, w, r: r + F.linear(x, w), dynamic=False),
-        "glu_residual": torch.compile(lambda x, ln, w, r: r + F.linear(F.silu(x.chunk(2, -1)[0]) * x.chunk(2, -1)[1], w),
-                                      dynamic=False),
-    }
-    grid = [(bn, bk, wp) for bn, bk, wp in itertools.product((1, 2, 4, 8, 16, 32), (256, 512, 1024, 2048), (2, 4, 8))]
-    if args.grid == "near":
-        grid = [(16, 512, 4), (4, 512, 4), (16, 256, 4), (8, 1024, 4), (8, 512, 4), (2, 1024, 4), (4, 1024, 4),
-                (16, 512, 8), (32, 256, 4), (2, 512, 2)]
-    rows_list = [1]  # the kernels take AR's one row
+    refs, grid, t0 = references(), FULL_GRID if args.grid == "full" else NEAR_GRID, time.time()
     results, settings = [], {}
-    t0 = time.time()
-    for name, (n, k, fusion, copies) in shapes.items():
-        ws = [torch.randn(n, k, device=dev, dtype=dt) * 0.02 for _ in range(copies)]
-        ln = torch.rand(k, device=dev, dtype=dt) + 0.5
-        kin = 2 * k if fusion == "glu_residual" else k
-        xs = {m: torch.randn(m, kin, device=dev, dtype=dt) for m in rows_list}
-        rs = {m: torch.randn(m, n, device=dev, dtype=dt) for m in rows_list}
-        ref = ref_fns[fusion]
-
-        def kw(m):
-            return dict(ln=ln if fusion == "norm" else None, eps=EPS, glu=fusion == "glu_residual",
-                        residual=rs[m] if "residual" in fusion else None)
-        rows = {}
-        for m in rows_list:
-            x, r = xs[m], rs[m]
-            row = rows[m] = {"shape": name, "rows": m, "N": n, "K": k, "fusion": fusion}
-            row["blas_us"] = graph_us(lambda: [F.linear(x[:, :k], ws[i % copies]) for i in range(L)]) / L
-            row["compiled_us"] = graph_us(lambda: [ref(x, ln, ws[i % copies], r) for i in range(L)]) / L
-        timing = {}
-        for cfg in grid:
-            try:
-                timing[cfg] = {m: graph_us(lambda: [row_linear(xs[m], ws[i % copies], **kw(m), setting=cfg)
-                                                    for i in range(L)]) / L for m in rows_list}
-            except Exception as e:  # a setting that does not fit (shared memory, registers)
-                print(f"{name} {cfg}: {type(e).__name__}", flush=True)
-        best = min(timing, key=lambda c: sum(timing[c].values()))
-        settings[name] = {"N": n, "K": k, "setting": list(best)}
-        for m in rows_list:
-            row = rows[m]
-            row["kernel_us"], row["kernel_cfg"] = timing[best][m], list(best)
-            row["kernel_best_alone_us"] = min(t[m] for t in timing.values())
-            y_k = row_linear(xs[m], ws[0], **kw(m), setting=best).float()
-            y_r = ref(xs[m], ln, ws[0], rs[m]).float()
-            row["max_rel_err"] = float((y_k - y_r).abs().max() / y_r.abs().max())
-            gb = n * k * 2 / 1e9
-            for key in ("blas", "compiled", "kernel"):
-                row[key + "_tbs"] = gb / (row[key + "_us"] * 1e-6) / 1e3
-            results.append(row)
-            print(f"{name:8s} rows {m:2d}: blas {row['blas_us']:7.1f} µs ({row['blas_tbs']:.2f} TB/s)  "
-                  f"compiled {row['compiled_us']:7.1f}  kernel {row['kernel_us']:7.1f} ({row['kernel_tbs']:.2f} TB/s, "
-                  f"best alone {row['kernel_best_alone_us']:.1f}) {best}  err {row['max_rel_err']:.1e}  "
-                  f"[{time.time() - t0:.0f}s]", flush=True)
-        del ws
+    for name, (n, k, fusion, copies) in SHAPES.items():
+        row = product_row(name, n, k, fusion, copies, refs[fusion], grid, dev)
+        settings[name] = {"N": n, "K": k, "setting": row["kernel_cfg"]}
+        results.append(row)
+        print(f"{name:8s} rows  1: blas {row['blas_us']:7.1f} µs ({row['blas_tbs']:.2f} TB/s)  "
+              f"compiled {row['compiled_us']:7.1f}  kernel {row['kernel_us']:7.1f} ({row['kernel_tbs']:.2f} TB/s) "
+              f"{tuple(row['kernel_cfg'])}  err {row['max_rel_err']:.1e}  [{time.time() - t0:.0f}s]", flush=True)
         torch.cuda.empty_cache()
-    # what follows the q/k/v product: head norms, rotary, the K/V write (Qwen3-8B heads, window 768)
-    d = 128
+    row = after_qkv_row(dev)
+    results.append(row)
+    print(f"after_qkv rows 1: compiled {row['compiled_us']:.1f} µs  kernel {row['kernel_us']:.1f} µs  "
+          f"err {row['max_rel_err']:.1e}", flush=True)
+    (out / "settings.json").write_text(json.dumps(settings, indent=1))
+    (out / "row_kernel.json").write_text(json.dumps(results, indent=1))
+
+
+def product_row(name: str, n: int, k: int, fusion: str, copies: int, ref, grid: list[tuple[int, int, int]],
+                dev: torch.device, dt: torch.dtype = torch.bfloat16) -> dict:
+    """One product at one row: cuBLAS, the compiled reference and the kernel's fastest setting of ``grid``, in µs a launch."""
+    ws = [torch.randn(n, k, device=dev, dtype=dt) * 0.02 for _ in range(copies)]  # [N, K] each
+    ln = torch.rand(k, device=dev, dtype=dt) + 0.5
+    x = torch.randn(1, 2 * k if fusion == "glu_residual" else k, device=dev, dtype=dt)  # gate and up side by side for the GLU
+    r = torch.randn(1, n, device=dev, dtype=dt)
+    fused = dict(ln=ln if fusion == "norm" else None, eps=EPS, glu=fusion == "glu_residual",
+                 residual=r if "residual" in fusion else None)
+    row = {"shape": name, "rows": 1, "N": n, "K": k, "fusion": fusion}
+    row["blas_us"] = graph_us(lambda: [F.linear(x[:, :k], ws[i % copies]) for i in range(L)]) / L
+    row["compiled_us"] = graph_us(lambda: [ref(x, ln, ws[i % copies], r) for i in range(L)]) / L
+    timing = {}
+    for cfg in grid:
+        try:
+            timing[cfg] = graph_us(lambda: [row_linear(x, ws[i % copies], **fused, setting=cfg) for i in range(L)]) / L
+        except Exception as e:  # a setting that does not fit (shared memory, registers)
+            print(f"{name} {cfg}: {type(e).__name__}", flush=True)
+    best = fastest(timing)
+    row["kernel_us"], row["kernel_cfg"] = timing[best], list(best)
+    return finish_row(row, row_linear(x, ws[0], **fused, setting=best), ref(x, ln, ws[0], r), n * k * dt.itemsize)
+
+
+def after_qkv_row(dev: torch.device, dt: torch.dtype = torch.bfloat16, d: int = 128, window: int = 768) -> dict:
+    """What follows the q/k/v product (head norms, rotary, the K/V write; Qwen3-8B heads), compiled against the kernel."""
     qkv = torch.randn(1, 1, Q + 2 * KV, device=dev, dtype=dt)
     qn, kn = torch.rand(d, device=dev, dtype=dt) + 0.5, torch.rand(d, device=dev, dtype=dt) + 0.5
     cos, sin = torch.randn(1, 1, d, device=dev, dtype=dt), torch.randn(1, 1, d, device=dev, dtype=dt)
-    caches = [torch.zeros(2, 1, KV // d, 768, d, device=dev, dtype=dt) for _ in range(L)]
+    caches = [torch.zeros(2, 1, KV // d, window, d, device=dev, dtype=dt) for _ in range(L)]
     index = torch.tensor([500], device=dev)
     ref = torch.compile(after_qkv, dynamic=False)
     row = {"shape": "after_qkv", "rows": 1}
@@ -117,11 +105,7 @@ def main() -> None:
     q_got = row_qkv(qkv, qn, kn, cos, sin, kv_got, index, EPS, d, KV).float()
     row["max_rel_err"] = float(max((q_got - q_ref).abs().max() / q_ref.abs().max(),
                                    (kv_got.float() - kv_ref.float()).abs().max() / kv_ref.float().abs().max()))
-    results.append(row)
-    print(f"after_qkv rows 1: compiled {row['compiled_us']:.1f} µs  kernel {row['kernel_us']:.1f} µs  "
-          f"err {row['max_rel_err']:.1e}", flush=True)
-    (out / "settings.json").write_text(json.dumps(settings, indent=1))
-    (out / "row_kernel.json").write_text(json.dumps(results, indent=1))
+    return row
 
 
 if __name__ == "__main__":

@@ -25,12 +25,14 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from bastion.engines.static_layers import _rms
 from bastion.engines.tile_kernels import default_setting, rms_rows, rows_bucket, tile_linear
+from benchmarks.kernel_bench import EPS, fastest, finish_row, references
 from benchmarks.tree_phase import graph_us  # µs a replay of a function captured in a CUDA graph
 
 H, I, Q, KV, L = 4096, 12288, 4096, 1024, 36
-EPS = 1e-6
+# name: (weight rows, K, fusion)
+SHAPES = {"qkv": (Q + 2 * KV, H, "norm"), "o": (H, Q, "residual"), "gate_up": (2 * I, H, "gated"),
+          "down": (H, I, "residual")}
 
 
 def grid_for(m: int, n: int, k: int, gated: bool) -> list[tuple[int, int, int, int, int, int]]:
@@ -51,63 +53,54 @@ def main() -> None:
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    dev, dt = torch.device("cuda"), torch.bfloat16
+    dev = torch.device("cuda")
     torch.manual_seed(0)
-    rows_list = [int(r) for r in args.rows.split(",")]
-    # name: (weight rows, K, fusion)
-    shapes = {"qkv": (Q + 2 * KV, H, "norm"), "o": (H, Q, "residual"), "gate_up": (2 * I, H, "gated"),
-              "down": (H, I, "residual")}
-    ref_fns = {
-        "norm": torch.compile(lambda x, ln, w, r: F.linear(_rms(x, ln, EPS), w), dynamic=False),
-        "residual": torch.compile(lambda x, ln, w, r: r + F.linear(x, w), dynamic=False),
-        "gated": torch.compile(lambda x, ln, w, r: (lambda g, u: F.silu(g) * u)(*F.linear(_rms(x, ln, EPS), w).chunk(2, -1)),
-                               dynamic=False),
-    }
+    refs, t0 = references(), time.time()
     results, settings = [], {}
-    t0 = time.time()
-    for name, (wn, k, fusion) in shapes.items():
-        ws = [torch.randn(wn, k, device=dev, dtype=dt) * 0.02 for _ in range(L)]
-        ln = torch.rand(k, device=dev, dtype=dt) + 0.5
-        n = wn // 2 if fusion == "gated" else wn
-        ref = ref_fns[fusion]
-        for m in rows_list:
-            x, r = torch.randn(m, k, device=dev, dtype=dt), torch.randn(m, n, device=dev, dtype=dt)
-            kw = dict(gated=fusion == "gated", residual=r if fusion == "residual" else None)
-            normed = fusion in ("norm", "gated")
-
-            def tile(w, cfg):
-                return tile_linear(rms_rows(x, ln, EPS) if normed else x, w, **kw, setting=cfg)
-            row = {"shape": name, "rows": m, "N": wn, "K": k, "fusion": fusion}
-            row["blas_us"] = graph_us(lambda: [F.linear(x, ws[i]) for i in range(L)]) / L
-            row["compiled_us"] = graph_us(lambda: [ref(x, ln, ws[i], r) for i in range(L)]) / L
-            timing, start = {}, time.time()
-            for cfg in grid_for(m, wn, k, fusion == "gated"):
-                if time.time() - start > args.seconds:
-                    break
-                try:
-                    timing[cfg] = graph_us(lambda: [tile(ws[i], cfg) for i in range(L)]) / L
-                except Exception as e:  # a setting that does not fit (shared memory, registers)
-                    print(f"{name} {m} {cfg}: {type(e).__name__}", flush=True)
-            best = min(timing, key=timing.get)
-            row["tried"] = len(timing)
-            row["default_us"] = next(iter(timing.values()))
-            row["kernel_us"], row["kernel_cfg"] = timing[best], list(best)
-            settings[f"{rows_bucket(m)},{wn},{k}"] = {"rows": rows_bucket(m), "N": wn, "K": k, "setting": list(best)}
-            y_k = tile(ws[0], best).float()
-            y_r = ref(x, ln, ws[0], r).float()
-            row["max_rel_err"] = float((y_k - y_r).abs().max() / y_r.abs().max())
-            gb = wn * k * 2 / 1e9
-            for key in ("blas", "compiled", "kernel"):
-                row[key + "_tbs"] = gb / (row[key + "_us"] * 1e-6) / 1e3
+    for name, (wn, k, fusion) in SHAPES.items():
+        ws = [torch.randn(wn, k, device=dev, dtype=torch.bfloat16) * 0.02 for _ in range(L)]  # [N, K] each
+        for m in (int(r) for r in args.rows.split(",")):
+            row = product_row(name, ws, fusion, m, refs[fusion], args.seconds)
+            settings[f"{rows_bucket(m)},{wn},{k}"] = {"rows": rows_bucket(m), "N": wn, "K": k, "setting": row["kernel_cfg"]}
             results.append(row)
             print(f"{name:8s} rows {m:2d}: blas {row['blas_us']:6.1f} µs ({row['blas_tbs']:.2f} TB/s)  compiled "
                   f"{row['compiled_us']:6.1f}  tile {row['kernel_us']:6.1f} ({row['kernel_tbs']:.2f} TB/s; default "
-                  f"{row['default_us']:.1f}; {len(timing)} tried) {best}  err {row['max_rel_err']:.1e}  "
-                  f"[{time.time() - t0:.0f}s]", flush=True)
+                  f"{row['default_us']:.1f}; {row['tried']} tried) {tuple(row['kernel_cfg'])}  "
+                  f"err {row['max_rel_err']:.1e}  [{time.time() - t0:.0f}s]", flush=True)
         del ws
         torch.cuda.empty_cache()
     (out / "settings.json").write_text(json.dumps(settings, indent=1))
     (out / "tile_kernel.json").write_text(json.dumps(results, indent=1))
+
+
+def product_row(name: str, ws: list[torch.Tensor], fusion: str, m: int, ref, seconds: float) -> dict:
+    """One product at ``m`` rows: cuBLAS, the compiled reference and the fastest tile setting found in ``seconds``, µs a launch."""
+    wn, k = ws[0].shape
+    dev, dt = ws[0].device, ws[0].dtype
+    ln = torch.rand(k, device=dev, dtype=dt) + 0.5
+    n = wn // 2 if fusion == "gated" else wn  # the gated product's output: SiLU(gate) * up
+    x, r = torch.randn(m, k, device=dev, dtype=dt), torch.randn(m, n, device=dev, dtype=dt)
+    fused = dict(gated=fusion == "gated", residual=r if fusion == "residual" else None)
+    normed = fusion in ("norm", "gated")
+
+    def tile(w: torch.Tensor, cfg: tuple) -> torch.Tensor:
+        return tile_linear(rms_rows(x, ln, EPS) if normed else x, w, **fused, setting=cfg)
+
+    row = {"shape": name, "rows": m, "N": wn, "K": k, "fusion": fusion}
+    row["blas_us"] = graph_us(lambda: [F.linear(x, ws[i]) for i in range(L)]) / L
+    row["compiled_us"] = graph_us(lambda: [ref(x, ln, ws[i], r) for i in range(L)]) / L
+    timing, start = {}, time.time()
+    for cfg in grid_for(m, wn, k, fusion == "gated"):
+        if timing and time.time() - start > seconds:  # the default setting, first, always runs
+            break
+        try:
+            timing[cfg] = graph_us(lambda: [tile(ws[i], cfg) for i in range(L)]) / L
+        except Exception as e:  # a setting that does not fit (shared memory, registers)
+            print(f"{name} {m} {cfg}: {type(e).__name__}", flush=True)
+    best = fastest(timing)
+    row["tried"], row["default_us"] = len(timing), next(iter(timing.values()))
+    row["kernel_us"], row["kernel_cfg"] = timing[best], list(best)
+    return finish_row(row, tile(ws[0], best), ref(x, ln, ws[0], r), wn * k * dt.itemsize)
 
 
 if __name__ == "__main__":

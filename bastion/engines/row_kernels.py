@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 # (N, K) -> (block_n, block_k, warps), the fastest measured for that weight shape on an
-# H200 (`tools/gpu/row_kernel_bench.py`: the Qwen3-8B shape's q/k/v, output, gate/up and
+# H200 (`python -m benchmarks.row_kernel_bench`: the Qwen3-8B shape's q/k/v, output, gate/up and
 # down products).  Other shapes take DEFAULT_SETTING.
 SETTINGS: dict[tuple[int, int], tuple[int, int, int]] = {
     (6144, 4096): (16, 512, 4),

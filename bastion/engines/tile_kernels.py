@@ -36,7 +36,7 @@ import triton.language as tl
 
 # (rows bucket, N, K) -> (block_m, block_n, block_k, split, warps, stages), the fastest
 # measured on an H200 for the Qwen3-8B shape's q/k/v, output, gate/up and down products at 16
-# and 32 rows (`tools/gpu/tile_kernel_bench.py`).  Other shapes take
+# and 32 rows (`python -m benchmarks.tile_kernel_bench`).  Other shapes take
 # :func:`default_setting`.
 SETTINGS: dict[tuple[int, int, int], tuple[int, int, int, int, int, int]] = {
     (16, 6144, 4096): (16, 64, 256, 1, 4, 3),
