@@ -45,11 +45,30 @@ def _n_min(text: str) -> int | str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bastion.benchmark", description="BASTION benchmark: AR vs EAGLE-3 vs DFlash vs BASTION")
+    _model_args(p.add_argument_group("models and data"))
+    _decoding_args(p.add_argument_group("decoding"))
+    kernels_flags(p)
+    _budget_args(p.add_argument_group("BASTION's tree budget and EAGLE-3's tree"))
+    _calibration_args(p.add_argument_group("calibration"))
+    _record_args(p.add_argument_group("records"))
+    return p
+
+
+def _model_args(p: argparse._ArgumentGroup) -> None:
     p.add_argument("--backend", choices=["transformers"], default="transformers", help="decoding backend (only transformers)")
     p.add_argument("--model", required=True, help=f"target: registry key, local folder or HF repo id. Registry: {models.registry_help()}")
     p.add_argument("--draft-model", default=None, help="drafter folder or repo id (default: the registered drafter of --model)")
+    p.add_argument("--eagle3-model", default=None, metavar="PATH_OR_REPO",
+                   help="EAGLE-3 head folder or repo id (default: the registered head of --model)")
     p.add_argument("--dataset", required=True, help="dataset name, group, or a local .jsonl of {\"turns\": [...]} records")
     p.add_argument("--max-samples", type=int, default=None, help="seeded random subset of this many prompts")
+    p.add_argument("--data-seed", type=int, default=datasets.DEFAULT_SEED, help="seed of the --max-samples subset")
+    p.add_argument("--shard", default=None, help="I/N: decode only prompts with index %% N == I")
+    p.add_argument("--history-from", default=None,
+                   help="AR records (.jsonl) whose answers form every later turn's history (multi-turn sets)")
+
+
+def _decoding_args(p: argparse._ArgumentGroup) -> None:
     p.add_argument("--max-new-tokens", type=int, default=2048)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--block-size", type=int, default=None, help="draft block size (default: the drafter's)")
@@ -62,47 +81,48 @@ def build_parser() -> argparse.ArgumentParser:
                         "budget rule as its release runs it; bastion_plus: this project's rule (its own tree sizes "
                         "on a CPU, AR steps at T > 0 while no tree pays); bastion_lossy: the paper's rule with the "
                         "release's acceptance at T > 0 (argmax match, a sampled last token): not lossless, opt-in")
-    p.add_argument("--output", default=None, help="write one JSON record per (prompt, turn, method) to this .jsonl")
-    p.add_argument("--cache-dir", default="cache", help="calibration (and prepared dataset) cache directory")
     p.add_argument("--attn-impl", default="sdpa", choices=["sdpa", "eager"])
     p.add_argument("--engine", default="auto", choices=list(ENGINE_CHOICES),
                    help="auto (default): compiled on CUDA, the fastest measured on a CPU; eager: Transformers layers "
                         "step by step; static: preallocated buffers and CUDA graphs; compiled: static with "
                         "torch.compile'd layers")
-    kernels_flags(p)
     p.add_argument("--threads", type=int, default=1,
                    help="CPU threads torch computes with (default 1, as the pipeline's cpu_threads: steadier times "
                         "on a shared machine); part of a CPU calibration")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (per prompt and turn)")
+
+
+def _budget_args(p: argparse._ArgumentGroup) -> None:
     p.add_argument("--n-min", type=_n_min, default="auto",
                    help=f"BASTION: minimum tree size and bucket width (auto: {N_MIN} on a GPU, {N_MIN_CPU} on a CPU); bastion_plus "
                         f"on a CPU: steps of one from n-min at T = 0, from {N_MIN_PLUS_SAMPLED_CPU} node at T > 0")
     p.add_argument("--n-max", type=int, default=N_MAX, help="BASTION: maximum tree size")
     p.add_argument("--topk", type=int, default=TOPK, help="BASTION: candidate tokens per depth (<= 128)")
     p.add_argument("--budget", type=int, default=None, help="BASTION: fixed tree size instead of the adaptive rule")
-    p.add_argument("--calib-grid", default="auto", help="latency grid: paper, small or tiny (auto: paper on GPU, small on CPU)")
-    p.add_argument("--recalibrate", action="store_true", help="ignore and replace an existing calibration")
-    p.add_argument("--accept-calibration-error", action="store_true",
-                   help="keep a calibration whose held-out error stays above the 10%% gate after one re-measurement")
-    p.add_argument("--history-from", default=None,
-                   help="AR records (.jsonl) whose answers form every later turn's history (multi-turn sets)")
-    p.add_argument("--calibration", default=None, help="use this calibration file (made by the pipeline) instead of --cache-dir")
-    p.add_argument("--hardware", default="auto", help="hardware key recorded with the results (auto: detected)")
-    p.add_argument("--model-name", default=None, help="name recorded with the results (default: --model)")
-    p.add_argument("--dataset-name", default=None, help="dataset name recorded with the results (default: from --dataset)")
-    p.add_argument("--step-times", action="store_true", help="record per-step phase times (adds device syncs)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed (per prompt and turn)")
-    p.add_argument("--data-seed", type=int, default=datasets.DEFAULT_SEED, help="seed of the --max-samples subset")
-    p.add_argument("--shard", default=None, help="I/N: decode only prompts with index %% N == I")
-    p.add_argument("--quiet", action="store_true")
-    p.add_argument("--eagle3-model", default=None, metavar="PATH_OR_REPO",
-                   help="EAGLE-3 head folder or repo id (default: the registered head of --model)")
     p.add_argument("--eagle3-tree", default="auto", metavar="auto|D/K/T",
                    help="EAGLE-3's tree: depth/top-k/total tokens verified per step, root included (the reference: "
                         "7/10/60); auto (default): the fastest of a short sweep on the run's first prompts, chosen "
                         "once per device and head and cached in --cache-dir (--recalibrate measures it again)")
     p.add_argument("--eagle3-tree-file", default=None,
                    help="use this EAGLE-3 tree choice (made by the pipeline) instead of --cache-dir")
-    return p
+
+
+def _calibration_args(p: argparse._ArgumentGroup) -> None:
+    p.add_argument("--calib-grid", default="auto", help="latency grid: paper, small or tiny (auto: paper on GPU, small on CPU)")
+    p.add_argument("--recalibrate", action="store_true", help="ignore and replace an existing calibration")
+    p.add_argument("--accept-calibration-error", action="store_true",
+                   help="keep a calibration whose held-out error stays above the 10%% gate after one re-measurement")
+    p.add_argument("--calibration", default=None, help="use this calibration file (made by the pipeline) instead of --cache-dir")
+    p.add_argument("--cache-dir", default="cache", help="calibration (and prepared dataset) cache directory")
+
+
+def _record_args(p: argparse._ArgumentGroup) -> None:
+    p.add_argument("--output", default=None, help="write one JSON record per (prompt, turn, method) to this .jsonl")
+    p.add_argument("--hardware", default="auto", help="hardware key recorded with the results (auto: detected)")
+    p.add_argument("--model-name", default=None, help="name recorded with the results (default: --model)")
+    p.add_argument("--dataset-name", default=None, help="dataset name recorded with the results (default: from --dataset)")
+    p.add_argument("--step-times", action="store_true", help="record per-step phase times (adds device syncs)")
+    p.add_argument("--quiet", action="store_true")
 
 
 def kernels_flags(p: argparse.ArgumentParser) -> None:

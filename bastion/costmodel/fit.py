@@ -65,40 +65,54 @@ def fit_params(t: RooflineTerms, y: np.ndarray, weights: np.ndarray) -> CostPara
     The objective is not convex: search the branch assignment first (see the module
     docstring), then polish.
     """
-    from scipy.optimize import least_squares, nnls
-
     t = RooflineTerms(*(np.asarray(a, dtype=np.float64) for a in t))
     y, w = np.asarray(y, dtype=np.float64), np.asarray(weights, dtype=np.float64)
+    return CostParams(*(float(v) for v in _polish(_branch_search(t, y, w), t, y, w)))
+
+
+def _loss(p: np.ndarray, t: RooflineTerms, y: np.ndarray, w: np.ndarray) -> float:
+    return float(np.sum(w * (combine(p, t) - y) ** 2))
+
+
+def _branch_search(t: RooflineTerms, y: np.ndarray, w: np.ndarray) -> list[tuple[float, np.ndarray]]:
+    """(loss, coefficients) of every branch assignment tried, by non-negative least squares.
+
+    A point's branches are set by cuts on two ratios: the layers' arithmetic over their
+    weight stream, and attention's over its K/V stream.  Coordinate descent over the cuts:
+    the layers' split with attention in one additive form, then the two attention splits,
+    then the layers' split again, twice.
+    """
+    from scipy.optimize import nnls
+
     sw = np.sqrt(w)
-    layer_key = t.lin / t.stream
-    att_key = t.att / t.kv
-
-    def loss(p: np.ndarray) -> float:
-        return float(np.sum(w * (combine(p, t) - y) ** 2))
-
-    def solve(compute: np.ndarray, unfused: np.ndarray, peak: np.ndarray) -> tuple[float, np.ndarray]:
-        p, _ = nnls(_design(t, sw, compute, unfused, peak), y * sw, maxiter=500)
-        return loss(p), p
-
+    layer_key, att_key = t.lin / t.stream, t.att / t.kv
     tried: dict[tuple[float, float, float], tuple[float, np.ndarray]] = {}
 
     def attempt(t1: float, t2: float, t3: float) -> float:
         if (t1, t2, t3) not in tried:
-            tried[(t1, t2, t3)] = solve(layer_key >= t1, att_key < t2, att_key >= t3)
+            design = _design(t, sw, layer_key >= t1, att_key < t2, att_key >= t3)
+            p, _ = nnls(design, y * sw, maxiter=500)
+            tried[(t1, t2, t3)] = (_loss(p, t, y, w), p)
         return tried[(t1, t2, t3)][0]
 
     layer_cuts, att_cuts = _cuts(layer_key), _cuts(att_key)
-    # first the layers' split with attention in one additive form, then the two attention
-    # splits, then the layers' split again
     t1 = min(layer_cuts, key=lambda v: attempt(v, math.inf, math.inf))
     for _ in range(2):
         pairs = [(a, b) for i, a in enumerate(att_cuts) for b in att_cuts[i:]]
         t2, t3 = min(pairs, key=lambda ab: attempt(t1, *ab))
         t1 = min(layer_cuts, key=lambda v: attempt(v, t2, t3))
+    return list(tried.values())
 
+
+def _polish(tried: list[tuple[float, np.ndarray]], t: RooflineTerms, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The best of the ``POLISHED`` best branch fits, each refined by bounded least squares
+    on the full (branch-switching) model; a noise-free fit is kept as it is."""
+    from scipy.optimize import least_squares
+
+    sw = np.sqrt(w)
     best_loss, best = math.inf, None
     exact = 1e-20 * float(np.sum(w * y**2))  # a noise-free fit: nothing left to polish
-    for cand_loss, cand in sorted(tried.values(), key=lambda lp: lp[0])[:POLISHED]:
+    for cand_loss, cand in sorted(tried, key=lambda lp: lp[0])[:POLISHED]:
         if cand_loss < best_loss:
             best_loss, best = cand_loss, cand
         if best_loss <= exact:
@@ -107,9 +121,9 @@ def fit_params(t: RooflineTerms, y: np.ndarray, weights: np.ndarray) -> CostPara
                             bounds=(0.0, np.inf), x_scale=np.maximum(np.abs(cand), 1e-12), method="trf",
                             max_nfev=100)
         polished = np.maximum(res.x, 0.0)
-        if loss(polished) < best_loss:
-            best_loss, best = loss(polished), polished
-    return CostParams(*(float(v) for v in best))
+        if _loss(polished, t, y, w) < best_loss:
+            best_loss, best = _loss(polished, t, y, w), polished
+    return best
 
 
 def fit_cost_model(
