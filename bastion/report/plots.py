@@ -122,41 +122,51 @@ def budget_ablation(cells_csv: str | os.PathLike | Sequence[str | os.PathLike], 
     what = "budget_ablation"
     df = read_csvs(cells_csv)
     require(df, ["model", "dataset", "temperature", "method", "speedup"], what)
-    fixed = df[df["method"].str.startswith("bastion-b")].copy()
-    fixed["b"] = pd.Series([_budget_of(m) for m in fixed["method"]], index=fixed.index, dtype=float)
-    fixed = fixed[np.isfinite(fixed["b"].to_numpy(dtype=float))]
-    if fixed.empty:
-        raise ValueError(f"{what}: no fixed-budget cells bastion-b<N> (found: {sorted(set(df['method']))})")
+    fixed = _fixed_budgets(df, what)
     if "mean_tree_size" not in df:
         df = df.assign(mean_tree_size=np.nan)
     panels = combos(fixed)
     fig, axes, height = panel_figure(len(panels), 8.4, 3.8)
     notes: list[str] = []
     for k, (model, temp) in enumerate(panels):
-        ax = axes.flat[k]
-        sub = _in_panel(fixed, model, temp)
-        budgets = dict(sorted({m: b for m, b in zip(sub["method"], sub["b"])}.items(), key=lambda mb: mb[1]))
-        rules = sorted({m for m in _in_panel(df, model, temp)["method"] if is_adaptive(m)})
-        shown = _in_panel(df[df["method"].isin([*budgets, *rules, "dflash"])], model, temp)
-        per = {m: g.groupby("dataset")[["speedup", "mean_tree_size"]].mean() for m, g in shown.groupby("method")}
-        covs = panel_coverage({m: finite_datasets(v["speedup"].to_dict()) for m, v in per.items()})
-        notes += coverage_notes(combo_label(model, temp), covs, method_label)
-        xs = _fixed_lines(ax, sub, {b: _mean(per, m, covs) for m, b in budgets.items()})
-        for i, rule in enumerate(rules):
-            xs += _adaptive_point(ax, rule, i, _mean(per, rule, covs, "mean_tree_size"), _mean(per, rule, covs))
-        v = _mean(per, "dflash", covs)
-        if np.isfinite(v):
-            ax.axhline(v, color=COLORS["dflash"], linestyle=":", linewidth=1.4, label=f"DFlash ({v:.2f}x)")
-        ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="AR (1.00x)")
-        _budget_axis(ax, xs, sorted(set(sub["b"])))
-        ax.set_ylabel(SPEEDUP_LABEL)
-        ax.set_title(combo_label(model, temp), fontsize=10)
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-        ax.grid(alpha=0.3)
+        notes += _ablation_panel(axes.flat[k], df, _in_panel(fixed, model, temp), model, temp)
     if same_size_csv is not None:
         checks = pd.read_csv(same_size_csv)
         notes += [f"Same-size check: {describe(row)}" for row in checks.to_dict("records")]
     finish_panels(fig, axes, len(panels), title_text(title, "Tree budget ablation"), height, out_pdf, notes)
+
+
+def _fixed_budgets(df: pd.DataFrame, what: str) -> pd.DataFrame:
+    """The fixed-budget cells (methods ``bastion-b<N>``) with their budget in column ``b``; none is an error."""
+    fixed = df[df["method"].str.startswith("bastion-b")].copy()
+    fixed["b"] = pd.Series([_budget_of(m) for m in fixed["method"]], index=fixed.index, dtype=float)
+    fixed = fixed[np.isfinite(fixed["b"].to_numpy(dtype=float))]
+    if fixed.empty:
+        raise ValueError(f"{what}: no fixed-budget cells bastion-b<N> (found: {sorted(set(df['method']))})")
+    return fixed
+
+
+def _ablation_panel(ax, df: pd.DataFrame, sub: pd.DataFrame, model: str, temp: float) -> list[str]:
+    """One (model, temperature) panel: the fixed budgets' line ``sub``, each rule's point, DFlash and AR;
+    returns the panel's coverage notes."""
+    budgets = dict(sorted({m: b for m, b in zip(sub["method"], sub["b"])}.items(), key=lambda mb: mb[1]))
+    rules = sorted({m for m in _in_panel(df, model, temp)["method"] if is_adaptive(m)})
+    shown = _in_panel(df[df["method"].isin([*budgets, *rules, "dflash"])], model, temp)
+    per = {m: g.groupby("dataset")[["speedup", "mean_tree_size"]].mean() for m, g in shown.groupby("method")}
+    covs = panel_coverage({m: finite_datasets(v["speedup"].to_dict()) for m, v in per.items()})
+    xs = _fixed_lines(ax, sub, {b: _mean(per, m, covs) for m, b in budgets.items()})
+    for i, rule in enumerate(rules):
+        xs += _adaptive_point(ax, rule, i, _mean(per, rule, covs, "mean_tree_size"), _mean(per, rule, covs))
+    v = _mean(per, "dflash", covs)
+    if np.isfinite(v):
+        ax.axhline(v, color=COLORS["dflash"], linestyle=":", linewidth=1.4, label=f"DFlash ({v:.2f}x)")
+    ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="AR (1.00x)")
+    _budget_axis(ax, xs, sorted(set(sub["b"])))
+    ax.set_ylabel(SPEEDUP_LABEL)
+    ax.set_title(combo_label(model, temp), fontsize=10)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    ax.grid(alpha=0.3)
+    return coverage_notes(combo_label(model, temp), covs, method_label)
 
 
 def _in_panel(frame: pd.DataFrame, model: str, temp: float) -> pd.DataFrame:
