@@ -216,7 +216,7 @@ def section_tiny(rep, out, samples, tokens, device, dtype):
     rep.add("tiny", {"dtype": dtype, "static_eq_eager": f"{same}/{len(recs['eager'])}", "static_eq_static_ar": f"{ar_same}/{len(recs['static'])}"})
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="qwen3-8b")
     ap.add_argument("--contexts", default="512,4096")
@@ -232,57 +232,71 @@ def main(argv=None) -> int:
     ap.add_argument("--engines", default="static", help="static engines to compare with eager: static, fused")
     ap.add_argument("--tiny-samples", type=int, default=20)
     ap.add_argument("--tiny-tokens", type=int, default=128)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def _bench(args: argparse.Namespace, rep: Report, device: torch.device) -> dict:
+    """The shape's random pair, its static engines, a random prompt per context and the device's peaks, recorded
+    in the report's setup table."""
+    dtype = getattr(torch, args.dtype) if args.dtype != "auto" else (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    t0 = time.perf_counter()
+    model, drafter = random_pair(args.shape, device, dtype)
+    target = Target(model)
+    contexts = [int(c) for c in args.contexts.split(",")]
+    gen = torch.Generator().manual_seed(0)
+    prompts = {c: torch.randint(0, model.config.vocab_size - 2, (c,), generator=gen).tolist() for c in contexts}
+    n_max = 8192 if "calib" in args.sections.split(",") else 1024
+    engines = {name: StaticEngine(target, drafter, max_context=max(contexts) + 2048, n_max=n_max, fused=name in ("fused", "compiled"))
+               for name in args.engines.split(",")}
+    peaks = measure_peaks(device, dtype)
+    rep.add("setup", {"gpu": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__, "shape": args.shape,
+                      "build_s": round(time.perf_counter() - t0, 1), "copy_TBps": round(peaks.bytes_per_s / 1e12, 3),
+                      "matmul_TFLOPs": round(peaks.flops_per_s / 1e12, 1),
+                      "attention_TFLOPs": round(peaks.attention_flops_per_s / 1e12, 1)})
+    return {"target": target, "drafter": drafter, "engines": engines, "prompts": prompts, "peaks": peaks, "cost": None}
+
+
+def _section(sec: str, rep: Report, bench: dict, args: argparse.Namespace, out: Path) -> None:
+    """Runs one section; ``tiny`` first frees the 8B-shaped pair (``bench`` is emptied) for the tiny pair's CLI runs."""
+    target, drafter, engines, prompts = bench.get("target"), bench.get("drafter"), bench.get("engines"), bench.get("prompts")
+    if sec == "ar":
+        section_ar(rep, target, engines, prompts, bench["peaks"], args.tokens)
+    elif sec == "curve":
+        section_curve(rep, target, engines, prompts, [int(s) for s in args.sizes.split(",")], args.repeats)
+    elif sec == "overhead":
+        section_overhead(rep, engines, prompts, 16)
+    elif sec == "profile":
+        section_profile(rep, engines, prompts, out)
+    elif sec == "calib":
+        bench["cost"] = section_calib(rep, target, next(iter(engines.values())), args.grid, out, args.calib_context)
+    elif sec == "equiv":
+        section_equiv(rep, target, drafter, engines, prompts, args.tokens, bench["cost"])
+    elif sec == "tiny":
+        del target, drafter, engines
+        bench.clear()
+        torch.cuda.empty_cache()
+        section_tiny(rep, out, args.tiny_samples, args.tiny_tokens, args.device, args.dtype)
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
     out, sections = Path(args.out), args.sections.split(",")
     rep = Report(out)
     device = torch.device(args.device)
     if sections == ["tiny"]:  # no 8B-shaped model needed
         section_tiny(rep, out, args.tiny_samples, args.tiny_tokens, args.device, args.dtype)
         return 0
-    dtype = getattr(torch, args.dtype) if args.dtype != "auto" else (torch.bfloat16 if device.type == "cuda" else torch.float32)
-    t0 = time.perf_counter()
-    model, drafter = random_pair(args.shape, device, dtype)
-    target = Target(model)
-    contexts = [int(c) for c in args.contexts.split(",")]
-    sizes = [int(s) for s in args.sizes.split(",")]
-    gen = torch.Generator().manual_seed(0)
-    prompts = {c: torch.randint(0, model.config.vocab_size - 2, (c,), generator=gen).tolist() for c in contexts}
-    n_max = 8192 if "calib" in sections else 1024
-    engines = {name: StaticEngine(target, drafter, max_context=max(contexts) + 2048, n_max=n_max, fused=name in ("fused", "compiled"))
-               for name in args.engines.split(",")}
-    engine = next(iter(engines.values()))
-    peaks = measure_peaks(device, dtype)
-    rep.add("setup", {"gpu": torch.cuda.get_device_name() if device.type == "cuda" else "cpu", "torch": torch.__version__, "shape": args.shape,
-                      "build_s": round(time.perf_counter() - t0, 1), "copy_TBps": round(peaks.bytes_per_s / 1e12, 3),
-                      "matmul_TFLOPs": round(peaks.flops_per_s / 1e12, 1),
-                      "attention_TFLOPs": round(peaks.attention_flops_per_s / 1e12, 1)})
-    cost = None
+    bench = _bench(args, rep, device)
     for sec in sections:
         t1 = time.perf_counter()
         try:
-            if sec == "ar":
-                section_ar(rep, target, engines, prompts, peaks, args.tokens)
-            elif sec == "curve":
-                section_curve(rep, target, engines, prompts, sizes, args.repeats)
-            elif sec == "overhead":
-                section_overhead(rep, engines, prompts, 16)
-            elif sec == "profile":
-                section_profile(rep, engines, prompts, out)
-            elif sec == "calib":
-                cost = section_calib(rep, target, engine, args.grid, out, args.calib_context)
-            elif sec == "equiv":
-                section_equiv(rep, target, drafter, engines, prompts, args.tokens, cost)
-            elif sec == "tiny":
-                del model, drafter, target, engines
-                engine = None  # the 8B-shaped pair leaves the GPU for the tiny pair's CLI runs
-                torch.cuda.empty_cache()
-                section_tiny(rep, out, args.tiny_samples, args.tiny_tokens, args.device, args.dtype)
+            _section(sec, rep, bench, args, out)
         except Exception as exc:  # keep what the other sections measured
             import traceback
 
             traceback.print_exc()
             rep.add("errors", {"section": sec, "error": repr(exc)[:500]})
-        live = engine  # the first static engine (None once freed)
+        live = next(iter(bench["engines"].values())) if bench else None  # the first static engine (None once freed)
         rep.add("timing", {"section": sec, "seconds": round(time.perf_counter() - t1, 1),
                            "graphs": len(live.runner.graphs) if live is not None else None,
                            "capture_s": round(live.runner.capture_seconds, 1) if live is not None else None,
