@@ -161,14 +161,25 @@ def section_phases(rep, engine, prompt, nodes: int) -> None:
 
 def section_variants(rep, engine, prompt, nodes: int) -> None:
     """Alternative select / rank / build / commit implementations on the engine's own inputs."""
-    from bastion.speculative import fused, path_rank
+    StaticDecoder(engine, "bastion", TreePolicy(budget=nodes)).generate(prompt, 4)  # real draft, top-k table, paths
+    phase = engine.tree_phase
+    _select_variants(rep, engine, phase)
+    for m in (31, nodes - 1, 2 * nodes - 1):
+        _rank_variants(rep, engine, phase.logq, m)
+    # plain: the step functions as written; engine: as the engine runs them (compiled on the compiled engine's CUDA)
+    rep.add("variants", {"variant": f"build_plain_{nodes}", "us": graph_us(lambda: phase.build(True, nodes))})
+    rep.add("variants", {"variant": f"build_engine_{nodes}", "us": graph_us(lambda: engine.steps.build(True, nodes))})
+    st = engine.state()
+    rep.add("variants", {"variant": f"commit_plain_{nodes}", "us": graph_us(lambda: engine.commit(nodes, "dflash"), restore=st)})
+    rep.add("variants", {"variant": f"commit_engine_{nodes}", "us": graph_us(lambda: engine.steps.commit(nodes, "dflash"),
+                                                                          restore=st)})
+
+
+def _select_variants(rep, engine, phase) -> None:
+    """Each way to pick every depth's top-k of the draft logits [D, V], timed and checked against the top-k-first values."""
     from bastion.speculative.tree import draft_topk
 
-    StaticDecoder(engine, "bastion", TreePolicy(budget=nodes)).generate(prompt, 4)  # real draft, top-k table, paths
-
-    phase = engine.tree_phase
-    x = phase.draft_out  # [D, V] draft logits
-    k = phase.topk
+    x, k = phase.draft_out, phase.topk  # [D, V] draft logits
 
     def select_softmax():  # the previous form: log-probabilities of the whole vocabulary, then top-k
         v, i = torch.log_softmax(x.float(), dim=-1).topk(k, dim=-1)
@@ -194,9 +205,7 @@ def section_variants(rep, engine, prompt, nodes: int) -> None:
         return fn
 
     selects = [("select_softmax", select_softmax), ("select_topk_first", select_topk_first)]
-    for chunk in (1024, 2048, 4096, 8192):
-        if chunk >= k:
-            selects.append((f"select_two_stage_{chunk}", two_stage(chunk)))
+    selects += [(f"select_two_stage_{chunk}", two_stage(chunk)) for chunk in (1024, 2048, 4096, 8192) if chunk >= k]
     if engine.device.type == "cuda":  # as the compiled engine runs it
         selects.append(("select_topk_first_compiled", torch.compile(select_topk_first)))
     select_topk_first()
@@ -206,33 +215,32 @@ def section_variants(rep, engine, prompt, nodes: int) -> None:
         fn()
         row["same_values_as_topk"] = bool(torch.equal(phase.logq, want))
         rep.add("variants", row)
-    for m in (31, nodes - 1, 2 * nodes - 1):
-        for name, fn in (("torch", path_rank._rank_torch), ("triton", path_rank._rank_triton)):
-            if name == "triton" and not fused.use_triton(engine.device):
-                continue
-            rep.add("variants", {"variant": f"rank_{name}_m{m}", "us": graph_us(lambda f=fn, mm=m: f(phase.logq, mm))})
-        if fused.use_triton(engine.device):  # program size: lanes and warps per program
-            from bastion.speculative import path_rank_kernels as kern
 
-            default = kern.LANES, kern.WARPS
-            for lanes, warps in ((512, 4), (1024, 4), (2048, 8), (4096, 8)):
-                kern.LANES, kern.WARPS = lanes, warps
-                rep.add("variants", {"variant": f"rank_triton_m{m}_lanes{lanes}_warps{warps}",
-                                     "us": graph_us(lambda mm=m: path_rank._rank_triton(phase.logq, mm))})
-            kern.LANES, kern.WARPS = default
-        if fused.use_triton(engine.device):  # same paths, bit for bit, also with many exact ties
-            tied = torch.sort(torch.randint(-40, 0, phase.logq.shape, device=engine.device).float() / 4,
-                              dim=-1, descending=True).values
-            same = [all(torch.equal(a, b) for a, b in zip(path_rank._rank_torch(q, m), path_rank._rank_triton(q, m)))
-                    for q in (phase.logq, tied)]
-            rep.add("variants", {"variant": f"rank_triton_equals_torch_m{m}", "drafted": same[0], "tied": same[1]})
-    # plain: the step functions as written; engine: as the engine runs them (compiled on the compiled engine's CUDA)
-    rep.add("variants", {"variant": f"build_plain_{nodes}", "us": graph_us(lambda: phase.build(True, nodes))})
-    rep.add("variants", {"variant": f"build_engine_{nodes}", "us": graph_us(lambda: engine.steps.build(True, nodes))})
-    st = engine.state()
-    rep.add("variants", {"variant": f"commit_plain_{nodes}", "us": graph_us(lambda: engine.commit(nodes, "dflash"), restore=st)})
-    rep.add("variants", {"variant": f"commit_engine_{nodes}", "us": graph_us(lambda: engine.steps.commit(nodes, "dflash"),
-                                                                          restore=st)})
+
+def _rank_variants(rep, engine, logq: torch.Tensor, m: int) -> None:
+    """The ``m`` best paths of ``logq`` [D, K] by torch and, where Triton runs, by its kernels at several program
+    sizes, with their equality checked on the draft's values and on values full of exact ties."""
+    from bastion.speculative import fused, path_rank
+
+    for name, fn in (("torch", path_rank._rank_torch), ("triton", path_rank._rank_triton)):
+        if name == "triton" and not fused.use_triton(engine.device):
+            continue
+        rep.add("variants", {"variant": f"rank_{name}_m{m}", "us": graph_us(lambda f=fn: f(logq, m))})
+    if not fused.use_triton(engine.device):
+        return
+    from bastion.speculative import path_rank_kernels as kern
+
+    default = kern.LANES, kern.WARPS
+    for lanes, warps in ((512, 4), (1024, 4), (2048, 8), (4096, 8)):  # program size: lanes and warps per program
+        kern.LANES, kern.WARPS = lanes, warps
+        rep.add("variants", {"variant": f"rank_triton_m{m}_lanes{lanes}_warps{warps}",
+                             "us": graph_us(lambda: path_rank._rank_triton(logq, m))})
+    kern.LANES, kern.WARPS = default
+    # same paths, bit for bit, also with many exact ties
+    tied = torch.sort(torch.randint(-40, 0, logq.shape, device=engine.device).float() / 4, dim=-1, descending=True).values
+    same = [all(torch.equal(a, b) for a, b in zip(path_rank._rank_torch(q, m), path_rank._rank_triton(q, m)))
+            for q in (logq, tied)]
+    rep.add("variants", {"variant": f"rank_triton_equals_torch_m{m}", "drafted": same[0], "tied": same[1]})
 
 
 def section_attention(rep, engine, contexts, sizes=(1, 16, 64, 128, 256, 512, 1024, 2048)) -> None:
@@ -319,7 +327,7 @@ def section_trace(rep, engine, prompt, nodes: int, out: Path) -> None:
     rep.add("trace", {"nodes": nodes, "steps": len(res.steps), "file": raw.name + ".gz"})
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="qwen3-8b")
     ap.add_argument("--contexts", default="512,4096")
@@ -329,50 +337,62 @@ def main(argv=None) -> int:
     ap.add_argument("--drafters", default="fused",
                     help="comma list: 'fused' (the compiled engine's drafter functions), 'plain' (the drafter "
                          "module); the sections run once for each, after a 'drafter' row")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def _section(sec: str, rep, engine, prompts: dict, args: argparse.Namespace, out: Path) -> None:
+    """One section on ``engine``; ``prompts`` maps each context to its random prompt."""
+    shortest, longest, device, target = min(prompts), max(prompts), engine.device, engine.target
+    if sec == "phases":
+        section_phases(rep, engine, prompts[shortest], args.nodes)
+    elif sec == "variants":
+        section_variants(rep, engine, prompts[shortest], args.nodes)
+    elif sec == "readwait":
+        section_readwait(rep, engine, prompts, args.nodes)
+    elif sec == "trace":
+        section_trace(rep, engine, prompts[longest], args.nodes, out)
+    elif sec == "attention":
+        section_attention(rep, engine, list(prompts))
+    elif sec == "ar":  # the compiled engine, then the same with attention left uncompiled
+        peaks = measure_peaks(device, engine.dtype)
+        engine.runner = GraphRunner(device, enabled=True)
+        section_ar(rep, target, {"compiled": engine}, prompts, peaks, 32)
+        attend, engine.fused.attend = engine.fused.attend, grouped_attention
+        engine.runner = GraphRunner(device, enabled=True)
+        section_ar(rep, target, {"compiled_plain_attention": engine}, prompts, peaks, 32)
+        engine.fused.attend, engine.runner = attend, GraphRunner(device, enabled=True)
+    elif sec == "overhead":
+        engine.runner = GraphRunner(device, enabled=True)
+        section_overhead(rep, {"compiled": engine}, prompts, 16)
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
     out, sections = Path(args.out), args.sections.split(",")
+    modes = args.drafters.split(",")
+    unknown = [m for m in modes if m not in ("fused", "plain")]
+    if unknown:
+        raise SystemExit(f"--drafters: unknown mode {unknown[0]!r}; use fused and/or plain")
     rep = Report(out)
     gpu = torch.cuda.is_available()
     device, dtype = torch.device("cuda" if gpu else "cpu"), torch.bfloat16 if gpu else torch.float32
     t0 = time.perf_counter()
     model, drafter = random_pair(args.shape, device, dtype)
-    target = Target(model)
     contexts = [int(c) for c in args.contexts.split(",")]
     gen = torch.Generator().manual_seed(0)
     prompts = {c: torch.randint(0, model.config.vocab_size - 2, (c,), generator=gen).tolist() for c in contexts}
-    engine = StaticEngine(target, drafter, max_context=max(contexts) + 2048, n_max=1024, fused=True)
+    engine = StaticEngine(Target(model), drafter, max_context=max(contexts) + 2048, n_max=1024, fused=True)
     rep.add("setup", {"gpu": torch.cuda.get_device_name() if gpu else "cpu", "torch": torch.__version__, "build_s": round(time.perf_counter() - t0, 1)})
     drafts = engine.proposers["dflash"]
     fused_drafter = drafts.fused_drafter
-    for mode in args.drafters.split(","):
-        if mode not in ("fused", "plain"):
-            raise SystemExit(f"--drafters: unknown mode {mode!r}; use fused and/or plain")
+    for mode in modes:
         drafts.fused_drafter = fused_drafter if mode == "fused" else None
         engine.runner = GraphRunner(device, enabled=True)  # no graph captured with the other drafter
         rep.add("drafter", {"mode": mode})
         for sec in sections:
             t1 = time.perf_counter()
             try:
-                if sec == "phases":
-                    section_phases(rep, engine, prompts[min(contexts)], args.nodes)
-                elif sec == "variants":
-                    section_variants(rep, engine, prompts[min(contexts)], args.nodes)
-                elif sec == "readwait":
-                    section_readwait(rep, engine, prompts, args.nodes)
-                elif sec == "trace":
-                    section_trace(rep, engine, prompts[max(contexts)], args.nodes, out)
-                elif sec == "attention":
-                    section_attention(rep, engine, contexts)
-                elif sec == "ar":  # the compiled engine, then the same with attention left uncompiled
-                    engine.runner = GraphRunner(device, enabled=True)
-                    section_ar(rep, target, {"compiled": engine}, prompts, measure_peaks(device, dtype), 32)
-                    attend, engine.fused.attend = engine.fused.attend, grouped_attention
-                    engine.runner = GraphRunner(device, enabled=True)
-                    section_ar(rep, target, {"compiled_plain_attention": engine}, prompts, measure_peaks(device, dtype), 32)
-                    engine.fused.attend, engine.runner = attend, GraphRunner(device, enabled=True)
-                elif sec == "overhead":
-                    engine.runner = GraphRunner(device, enabled=True)
-                    section_overhead(rep, {"compiled": engine}, prompts, 16)
+                _section(sec, rep, engine, prompts, args, out)
             except Exception as exc:  # keep what the other sections measured
                 import traceback
 
