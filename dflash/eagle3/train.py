@@ -273,19 +273,10 @@ def _train(args: argparse.Namespace, out: Path, head: Eagle3Head, target: torch.
                 break
             t0 = time.perf_counter()
             ids = td.sample_windows(tokens, args.batch_size, args.seq_len, gen, starts).to(device)
-            feats, logits = target_pass(target, ids, layer_ids)
-            with _autocast(device, args.precision):
-                losses, accs = ttt_losses(head, feats, ids, logits, args.ttt_steps)
-            loss = sum(w * l for w, l in zip(weights, losses))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, args.grad_clip)
             lr = lr_at(step, elapsed)
-            for g in opt.param_groups:
-                g["lr"] = lr
-            opt.step()
+            loss, losses, accs = _update(args, head, target, layer_ids, opt, params, weights, ids, lr)
             elapsed += time.perf_counter() - t0
-            row = {"step": step, "loss": loss.item(), "step_losses": [round(x.item(), 5) for x in losses],
+            row = {"step": step, "loss": loss, "step_losses": [round(x, 5) for x in losses],
                    "acc": [round(a, 4) for a in accs], "lr": lr, "elapsed_s": round(elapsed, 2),
                    "tokens_seen": step * args.batch_size * args.seq_len}
             if not math.isfinite(row["loss"]):
@@ -303,6 +294,25 @@ def _train(args: argparse.Namespace, out: Path, head: Eagle3Head, target: torch.
             if step == args.stop_after:
                 raise _Stopped(history)
     return history
+
+
+def _update(args: argparse.Namespace, head: Eagle3Head, target: torch.nn.Module, layer_ids: list[int],
+            opt: torch.optim.Optimizer, params: list[torch.nn.Parameter], weights: list[float], ids: torch.Tensor,
+            lr: float) -> tuple[float, list[float], list[float]]:
+    """One optimiser step on windows ``ids`` [B, T] at rate ``lr``: the target's features and logits, the
+    unrolled steps' losses weighted by ``weights``, clipped gradients.  Returns the weighted loss, each
+    step's loss and each step's accuracy."""
+    feats, logits = target_pass(target, ids, layer_ids)
+    with _autocast(ids.device, args.precision):
+        losses, accs = ttt_losses(head, feats, ids, logits, args.ttt_steps)
+    loss = sum(w * l for w, l in zip(weights, losses))
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, args.grad_clip)
+    for g in opt.param_groups:
+        g["lr"] = lr
+    opt.step()
+    return loss.item(), [x.item() for x in losses], accs
 
 
 def cli(argv: list[str] | None = None) -> int:
