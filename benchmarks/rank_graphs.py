@@ -53,6 +53,9 @@ def kernels_in(graph_fn) -> int:
     return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
 
 
+PHASES = ("t_draft", "t_tree", "t_verify", "t_accept", "t_commit")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("calibration")
@@ -73,26 +76,30 @@ def main() -> None:
     engine = session.engine("compiled", loaded, n_max=n_max, max_context=2048)
     base = TreePolicy(n_min=args.n_min, n_max=n_max)
     policies = {"rule": base, "fixed128": replace(base, budget=128), "fixed32": replace(base, budget=32)}
-    phases = {}
-    for name, policy in policies.items():
-        dec = engine.decoder("bastion", policy, cal.cost_model, cal.overheads)
-        for ids in prompts[:1]:  # warm-up: captures
-            dec.generate(ids, args.tokens)
-        steps = []
-        for ids in prompts:
-            res = dec.generate(ids, args.tokens, collect_stats=True)
-            steps += res.steps[1:]
-        phases[name] = {k: statistics.median(getattr(s, k) for s in steps) * 1e3
-                        for k in ("t_draft", "t_tree", "t_verify", "t_accept", "t_commit")}
-        phases[name]["nodes"] = statistics.mean(s.tree_size for s in steps)
     print("| policy | mean nodes | median ms: draft / tree / verify / accept / commit |")
     print("|---|---:|---|")
-    for name, ph in phases.items():
-        print(f"| {name} | {ph['nodes']:.1f} | " + " / ".join(f"{ph[k]:.3f}" for k in
-                                                          ("t_draft", "t_tree", "t_verify", "t_accept", "t_commit")) + " |")
-    if device.type != "cuda":
-        return
-    eng = engine.static
+    for name, policy in policies.items():
+        ph = _phases(engine.decoder("bastion", policy, cal.cost_model, cal.overheads), prompts, args.tokens)
+        print(f"| {name} | {ph['nodes']:.1f} | " + " / ".join(f"{ph[k]:.3f}" for k in PHASES) + " |")
+    if device.type == "cuda":
+        _graph_table(engine.static, base, cal)
+    sys.stdout.flush()
+
+
+def _phases(dec, prompts: list, tokens: int) -> dict[str, float]:
+    """Median ms of each phase over every prompt's steps but its first, after a warm-up decode that captures the
+    graphs; and the mean tree size."""
+    dec.generate(prompts[0], tokens)  # warm-up: captures
+    steps = []
+    for ids in prompts:
+        steps += dec.generate(ids, tokens, collect_stats=True).steps[1:]
+    phases = {k: statistics.median(getattr(s, k) for s in steps) * 1e3 for k in PHASES}
+    phases["nodes"] = statistics.mean(s.tree_size for s in steps)
+    return phases
+
+
+def _graph_table(eng, base: TreePolicy, cal: Calibration) -> None:
+    """GPU µs per replay of every captured tree-phase graph, then the kernels each ranking form launches eagerly."""
     rows = []
     for key, graph in eng.runner.graphs.items():
         if key[0] in ("select", "rank", "build", "draft"):
@@ -108,7 +115,6 @@ def main() -> None:
         for name, policy in (("rule", base), ("budget", replace(base, budget=128))):
             n = kernels_in(lambda: eng.tree_phase.rank(m, policy, cal.cost_model, cal.overheads.fixed))
             print(f"rank m={m} {name}: {n} kernels eagerly")
-    sys.stdout.flush()
 
 
 if __name__ == "__main__":
