@@ -18,7 +18,7 @@ at context 384 (median of 7 rounds of 5), the shape the rule's cost model smooth
 from __future__ import annotations
 
 import argparse
-from collections import Counter
+from collections import Counter, defaultdict
 
 import torch
 
@@ -87,18 +87,30 @@ def main() -> None:
     sets = args.sets.split(",")
     prompts = [(name, builder.encode([], p["turns"][0]))
                for name in sets for p in datasets.load_prompts(name, args.max_samples, seed=0)]  # config.yaml seed: 0
-    stats = {(v, name): [0, 0.0, 0, 0] for v in variants for name in sets}  # tokens, seconds, steps, committed
-    sizes = {(v, name): Counter() for v in variants for name in sets}  # tree size -> steps
-    for _ in range(args.reps):
+    stats, sizes = _decode_all(decoders, prompts, args.reps, args.max_new_tokens)
+    _print_table(stats, sizes, variants, sets)
+
+
+def _decode_all(decoders: dict, prompts: list, reps: int, max_new_tokens: int) -> tuple[dict, dict]:
+    """Every prompt by every variant in turn, ``reps`` times: per (variant, set) the totals [tokens, seconds,
+    steps, committed] and the steps per tree size."""
+    stats = defaultdict(lambda: [0, 0.0, 0, 0])
+    sizes = defaultdict(Counter)  # tree size -> steps
+    for _ in range(reps):
         for name, ids in prompts:
             for v, dec in decoders.items():
-                res = dec.generate(ids, args.max_new_tokens, 0.0, (), torch.Generator().manual_seed(0))
+                res = dec.generate(ids, max_new_tokens, 0.0, (), torch.Generator().manual_seed(0))
                 s = stats[(v, name)]
                 s[0] += len(res.output_ids)
                 s[1] += res.decode_seconds
                 s[2] += len(res.steps)
                 s[3] += sum(st.committed for st in res.steps)
                 sizes[(v, name)].update(st.tree_size for st in res.steps)
+    return stats, sizes
+
+
+def _print_table(stats: dict, sizes: dict, variants: list[str], sets: list[str]) -> None:
+    """One row per (set, variant): its rate, against AR and DFlash, τ, ms a step and tree sizes; then the sets' mean."""
     print("| set | variant | tok/s | x AR | x DFlash | τ | ms/step | tree sizes (steps) |")
     print("|---|---|---:|---:|---:|---:|---:|---|")
     x_ar = {v: 0.0 for v in variants}  # the sets' mean speedup over AR
