@@ -19,6 +19,7 @@ import itertools
 import json
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -65,7 +66,7 @@ def main() -> None:
     (out / "row_kernel.json").write_text(json.dumps(results, indent=1))
 
 
-def product_row(name: str, n: int, k: int, fusion: str, copies: int, ref, grid: list[tuple[int, int, int]],
+def product_row(name: str, n: int, k: int, fusion: str, copies: int, ref: Callable, grid: list[tuple[int, int, int]],
                 dev: torch.device, dt: torch.dtype = torch.bfloat16) -> dict:
     """One product at one row: cuBLAS, the compiled reference and the kernel's fastest setting of ``grid``, in µs a launch."""
     ws = [torch.randn(n, k, device=dev, dtype=dt) * 0.02 for _ in range(copies)]  # [N, K] each

@@ -21,6 +21,7 @@ import itertools
 import json
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -73,7 +74,7 @@ def main() -> None:
     (out / "tile_kernel.json").write_text(json.dumps(results, indent=1))
 
 
-def product_row(name: str, ws: list[torch.Tensor], fusion: str, m: int, ref, seconds: float) -> dict:
+def product_row(name: str, ws: list[torch.Tensor], fusion: str, m: int, ref: Callable, seconds: float) -> dict:
     """One product at ``m`` rows: cuBLAS, the compiled reference and the fastest tile setting found in ``seconds``, µs a launch."""
     wn, k = ws[0].shape
     dev, dt = ws[0].device, ws[0].dtype

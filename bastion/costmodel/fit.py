@@ -79,8 +79,8 @@ def _branch_search(t: RooflineTerms, y: np.ndarray, w: np.ndarray) -> list[tuple
 
     A point's branches are set by cuts on two ratios: the layers' arithmetic over their
     weight stream, and attention's over its K/V stream.  Coordinate descent over the cuts:
-    the layers' split with attention in one additive form, then the two attention splits,
-    then the layers' split again, twice.
+    first the layers' split with attention in one additive form, then twice over the two
+    attention splits and the layers' split again.
     """
     from scipy.optimize import nnls
 
