@@ -40,7 +40,7 @@ from ..train import lr_lambda, run_cli
 from .checkpoint import load_eagle3, save_eagle3
 from .config import head_config_for
 from .model import Eagle3Head
-from .ttt import ttt_forward, ttt_losses, ttt_scores
+from .ttt import target_pass, ttt_forward, ttt_losses, ttt_scores
 
 __all__ = ["build_parser", "vocab_maps", "head_config_for", "ttt_forward", "ttt_losses", "evaluate", "main", "cli"]
 # --threads only divides the same work differently: a resume may change it
@@ -113,13 +113,6 @@ def _new_head(args: argparse.Namespace, target: torch.nn.Module, tokens: np.ndar
             head.t2d.copy_(t2d)
     head.attach_target_embeddings(target.get_input_embeddings())
     return head.float()
-
-
-@torch.no_grad()
-def target_pass(target: torch.nn.Module, ids: torch.Tensor, layer_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """ids [B, T] -> (tapped features [B, T, 3*Ht], logits [B, T, V]), both fp32."""
-    o = target(input_ids=ids, output_hidden_states=True, use_cache=False)
-    return torch.cat([o.hidden_states[i + 1] for i in layer_ids], dim=-1).float(), o.logits.float()
 
 
 def _autocast(device: torch.device, precision: str):

@@ -29,6 +29,13 @@ import torch.nn.functional as F
 from .model import Eagle3Head, _rope
 
 
+@torch.no_grad()
+def target_pass(target: torch.nn.Module, ids: torch.Tensor, layer_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """ids [B, T] -> (tapped features [B, T, 3*Ht], logits [B, T, V]), both fp32."""
+    o = target(input_ids=ids, output_hidden_states=True, use_cache=False)
+    return torch.cat([o.hidden_states[i + 1] for i in layer_ids], dim=-1).float(), o.logits.float()
+
+
 @dataclass
 class StepScore:
     """One unrolled step's soft cross-entropy (mean over counted positions) and hit count."""
