@@ -42,9 +42,14 @@ if TYPE_CHECKING:
 SWEEP_PROMPTS = {"cpu": 4, "cuda": 8}
 
 
+def _per_device(table: dict, device_type: str):
+    """``table``'s entry for a device of this type; another accelerator counts as a GPU."""
+    return table.get(device_type, table["cuda"])
+
+
 def sweep_prompts(device_type: str) -> int:
-    """The sweep's prompt count on a device of this type (another accelerator counts as a GPU)."""
-    return SWEEP_PROMPTS.get(device_type, SWEEP_PROMPTS["cuda"])
+    """The sweep's prompt count on a device of this type."""
+    return _per_device(SWEEP_PROMPTS, device_type)
 
 
 # Whether a near-tie with the fastest shape goes to the higher τ, per device type.  On a
@@ -54,14 +59,14 @@ def sweep_prompts(device_type: str) -> int:
 # sweeps of the tiny pair on H100s and H200s put 3/1/5 first every time; the four times the
 # rule passed it over for a deeper tree 4.5-9.4% behind, EAGLE-3 decoded at 1.12-1.15x AR,
 # against 1.27-1.29x in the three where 3/1/5 decoded (docs/performance.md, "The tiny pair
-# on a CPU and a GPU").  So on a GPU the fastest shape wins alone.
+# on a CPU and a GPU").  So on a GPU the fastest shape wins alone; three H100 runs with this
+# rule kept 3/1/5 and decoded it at 1.26-1.28x.
 SWEEP_TIES = {"cpu": True, "cuda": False}
 
 
 def sweep_ties(device_type: str) -> bool:
-    """Whether the sweep's near-ties go to the higher τ on a device of this type (another accelerator
-    counts as a GPU)."""
-    return SWEEP_TIES.get(device_type, SWEEP_TIES["cuda"])
+    """Whether the sweep's near-ties go to the higher τ on a device of this type."""
+    return _per_device(SWEEP_TIES, device_type)
 
 
 # New tokens per sweep decode: the run's own, up to this many.  τ grows along an answer
