@@ -34,7 +34,7 @@ from bastion.engines.static_layers import (
     _rotate,
     compile_step_function,
     post_attention,
-    stack_rows,
+    joint_weight,
 )
 
 
@@ -94,11 +94,12 @@ class FusedDrafter:
         for layer in drafter.layers:
             a, m = layer.self_attn, layer.mlp
             self.weights.append((
-                (layer.input_layernorm.weight, a.q_proj.weight, stack_rows([a.k_proj, a.v_proj]), a.q_norm.weight,
-                 a.k_norm.weight),
-                (a.o_proj.weight, layer.post_attention_layernorm.weight, stack_rows([m.gate_proj, m.up_proj]),
-                 m.down_proj.weight),
+                (layer.input_layernorm.weight, joint_weight([a.q_proj]), joint_weight([a.k_proj, a.v_proj]),
+                 a.q_norm.weight, a.k_norm.weight),
+                (joint_weight([a.o_proj]), layer.post_attention_layernorm.weight,
+                 joint_weight([m.gate_proj, m.up_proj]), joint_weight([m.down_proj])),
             ))
+        joint_weight([drafter.fc])  # the context projection, read through the module, laid out likewise
         wrap = compile_step_function if compile else (lambda f: f)
         self.project: Callable = wrap(functools.partial(project_context, eps=self.eps))
         self.pre: Callable = wrap(functools.partial(draft_pre_attention, eps=self.eps, head_dim=self.head_dim,

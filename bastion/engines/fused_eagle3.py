@@ -49,7 +49,7 @@ from bastion.engines.static_layers import (
     after_qkv,
     compile_step_function,
     post_attention,
-    stack_rows,
+    joint_weight,
 )
 from bastion.speculative.accept import Readback
 from bastion.speculative.tree import ancestor_matrix, draft_topk
@@ -174,9 +174,11 @@ class FusedEagle3Head:
         self.eps = float(cfg.layers.rms_norm_eps)
         self.head_dim, self.scale = a.head_dim, a.head_dim ** -0.5
         self.pre_w = (head.embedding_table(), layer.input_layernorm.weight, layer.hidden_norm.weight,
-                      stack_rows([a.q_proj, a.k_proj, a.v_proj]))
-        self.post_w = (a.o_proj.weight, layer.post_attention_layernorm.weight, stack_rows([m.gate_proj, m.up_proj]),
-                       m.down_proj.weight)
+                      joint_weight([a.q_proj, a.k_proj, a.v_proj]))
+        self.post_w = (joint_weight([a.o_proj]), layer.post_attention_layernorm.weight,
+                       joint_weight([m.gate_proj, m.up_proj]), joint_weight([m.down_proj]))
+        joint_weight([head.fc])  # the multiplies read through the modules (fc, lm_head), laid out likewise
+        joint_weight([head.lm_head])
         self.groups = a.num_heads // a.num_kv_heads  # query heads per K/V head
         wrap = compile_step_function if compile else (lambda f: f)
         self.pre: Callable = wrap(functools.partial(head_pre_attention, eps=self.eps, head_dim=self.head_dim,

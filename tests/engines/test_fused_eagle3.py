@@ -118,6 +118,7 @@ def test_with_the_heads_attention_everything_else_is_bit_exact(family, tree, voc
         vocab = tiny_target("qwen3", layers=8, seed=3).config.vocab_size
     _, head, copy = _heads(family, vocab, mlp)
     fused = FusedEagle3Head(copy, compile=False)
+    FusedEagle3Head(head, compile=False)  # the module's weights stored as the fused head's: the same products
     fused.attend = _sdpa
     caches = _caches(head, 48 + tree[0] * tree[1])
     for want, got, want_tree, got_tree in _draft(head, fused, caches, (10, 9, 1), window=48, tree=tree):
