@@ -24,7 +24,7 @@ from bastion.engines.base import DecodeRun, check_fits, check_method, draft_gate
 from bastion.engines.choice import sync
 from bastion.engines.proposer import Accepted, Draft
 from bastion.engines.proposers import eager_proposer
-from bastion.engines.step_clock import intervals, step_clock
+from bastion.engines.step_clock import fill_times, step_clock
 from bastion.models.eagle3 import Eagle3Drafter
 from bastion.models.target import Target
 from bastion.results.generation import GenerationResult, StepStats
@@ -112,8 +112,8 @@ class EagerDecoder:
             self._drafts(run)  # the last step's count; so both engines' gates go through the same states
         sync(device)
         t2 = time.perf_counter()
-        for stats, stamps in run.marks if collect_stats else ():  # every event has completed after the final sync
-            stats.t_draft, stats.t_tree, stats.t_verify, stats.t_accept, stats.t_commit = intervals(stamps)
+        if collect_stats:
+            fill_times(run.marks)
         return GenerationResult(run.output, prompt_len, t1 - t0, t2 - t1, run.stop_reason, run.steps)
 
     def _prefill(self, ids: torch.Tensor, max_new_tokens: int, stops: set[int], temperature: float,

@@ -37,7 +37,7 @@ from bastion.costmodel.model import CostModel, StepOverheads, rule_inputs
 from bastion.engines.base import DecodeRun, check_fits, check_method, draft_gate, emit, gate_drafts, prompt_tensor
 from bastion.engines.choice import sync
 from bastion.engines.static_engine import StaticEngine
-from bastion.engines.step_clock import intervals, step_clock
+from bastion.engines.step_clock import fill_times, step_clock
 from bastion.results.generation import GenerationResult, StepStats
 from bastion.speculative.accept import Readback, propose
 from bastion.speculative.policy import TreePolicy
@@ -140,8 +140,8 @@ class StaticDecoder:
             self._step(run)
         sync(eng.device)
         t2 = time.perf_counter()
-        for stats, stamps in run.marks if collect_stats else ():  # every event has completed after the final sync
-            stats.t_draft, stats.t_tree, stats.t_verify, stats.t_accept, stats.t_commit = intervals(stamps)
+        if collect_stats:
+            fill_times(run.marks)
         setup = eng.runner.capture_seconds - capture0  # graph captures are one-off work, not decoding
         return GenerationResult(run.output[:max_new_tokens], prompt_len, t1 - t0, t2 - t1 - setup, run.stop_reason,
                                 run.steps, reused)

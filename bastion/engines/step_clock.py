@@ -40,3 +40,10 @@ def intervals(stamps: tuple) -> list[float]:
     if isinstance(stamps[0], float):
         return [b - a for a, b in zip(stamps, stamps[1:])]
     return [a.elapsed_time(b) / 1e3 for a, b in zip(stamps, stamps[1:])]
+
+
+def fill_times(marks: list[tuple]) -> None:
+    """Each step's phase times from its stamps: ``marks`` holds (StepStats, stamps) pairs, read
+    after the decode's final synchronisation, when every recorded event has completed."""
+    for stats, stamps in marks:
+        stats.t_draft, stats.t_tree, stats.t_verify, stats.t_accept, stats.t_commit = intervals(stamps)

@@ -59,8 +59,8 @@ def sweep_prompts(device_type: str) -> int:
 # sweeps of the tiny pair on H100s and H200s put 3/1/5 first every time; the four times the
 # rule passed it over for a deeper tree 4.5-9.4% behind, EAGLE-3 decoded at 1.12-1.15x AR,
 # against 1.27-1.29x in the three where 3/1/5 decoded (docs/performance.md, "The tiny pair
-# on a CPU and a GPU").  So on a GPU the fastest shape wins alone; three H100 runs with this
-# rule kept 3/1/5 and decoded it at 1.26-1.28x.
+# on a CPU and a GPU").  So on a GPU the fastest shape wins alone; seven H100 runs with this
+# rule kept 3/1/5 and decoded it at 1.26-1.31x.
 SWEEP_TIES = {"cpu": True, "cuda": False}
 
 
