@@ -21,8 +21,13 @@ either way; the job's log ends with a line naming the worker.
   does a job whose client went away (Snakemake stopped it), so nothing writes after
   Snakemake gave up on a job.  An idle worker exits after ``BASTION_WORKER_IDLE_S``
   (default 120 s).
-- Config ``job_worker``: ``auto`` uses it for GPU jobs outside SLURM (each SLURM job has
-  its own allocation, and a CPU job's start-up is seconds); ``true`` always, ``false`` never.
+- Config ``job_worker``: ``auto`` uses it outside SLURM (each SLURM job has its own
+  allocation), ``true`` always, ``false`` never.  A CPU job's start-up is seconds, not
+  minutes, but the tiny experiment's four CPU jobs spent 6-10 s each outside their
+  measurements in their own processes and about 1 s in the worker (docs/performance.md).
+- A GPU job waits for its GPU's worker; a CPU job that finds its worker busy with another
+  job (``--cores`` above 1) runs in its own process instead, so CPU jobs still run side by
+  side.
 - No other local user gets in (:mod:`bastion.pipeline.private`): the socket lives in a
   folder of this user closed to others, in ``XDG_RUNTIME_DIR`` where there is one; a folder
   another user made, or one others may write to, is refused; and both ends check the
@@ -62,17 +67,13 @@ class WorkerStartError(RuntimeError):
     """No worker could be started or reached; the job then runs in its own process."""
 
 
-def wanted(mode: Any, device: str) -> bool:
-    """Whether a job on ``device`` (the config's: auto, cpu or cuda) goes to the worker."""
+def wanted(mode: Any) -> bool:
+    """Whether a job goes to the worker under the config's ``job_worker`` ``mode``."""
     if mode not in (True, False, "true", "false", "auto"):
         raise ValueError(f"config key `job_worker`: {mode!r} is not one of auto, true, false")
     if os.environ.get(IN_WORKER) or mode in (False, "false"):
         return False
-    if mode in (True, "true"):
-        return True
-    if os.environ.get("SLURM_JOB_ID") or device == "cpu":
-        return False
-    return bool(gpu_slots.visible_gpus())
+    return mode in (True, "true") or not os.environ.get("SLURM_JOB_ID")
 
 
 def hand_off(smk: Any, script: str, device: str = "auto") -> None:
@@ -81,7 +82,7 @@ def hand_off(smk: Any, script: str, device: str = "auto") -> None:
     ``smk`` is the script's ``snakemake`` object, ``script`` its ``__file__``.  The GPU slot
     is taken here and held until the job ends, so the worker runs on the slot's GPU.
     """
-    if not wanted(smk.config.get("job_worker", "auto"), device):
+    if not wanted(smk.config.get("job_worker", "auto")):
         return
     parts = key_parts()
     try:
@@ -90,6 +91,10 @@ def hand_off(smk: Any, script: str, device: str = "auto") -> None:
     except UnsafePathError as exc:
         sys.exit(f"error: {exc}")
     gpu = f"gpu{slot.device}" if slot is not None and slot.index is not None else None  # names its pid file
+    busy = None if gpu is not None else _claim(path)  # held until this process ends
+    if gpu is None and busy is None:
+        print("[job-worker] busy with another CPU job; this job runs in its own process", file=sys.stderr, flush=True)
+        return
     request = {"script": os.path.realpath(script), "snakemake": smk, "cwd": os.getcwd(),
                "slot": None if slot is None else slot.index}
     reply = accepted = None
@@ -105,6 +110,8 @@ def hand_off(smk: Any, script: str, device: str = "auto") -> None:
         print(f"[job-worker] {exc}; the job runs in its own process", file=sys.stderr, flush=True)
         if slot is not None:
             slot.release()  # the script's own pinned() takes a slot again
+        if busy is not None:
+            os.close(busy)  # another CPU job may try the worker again
         return
     if reply is None:
         what = "died during the job" if accepted is not None else "dropped the job twice"
@@ -113,6 +120,20 @@ def hand_off(smk: Any, script: str, device: str = "auto") -> None:
     sys.stderr.write(reply["console"])
     sys.stderr.flush()
     sys.exit(reply["rc"])
+
+
+def _claim(path: Path) -> int | None:
+    """A descriptor holding the CPU worker at ``path`` for this job, or None while another job holds it.
+
+    The kernel drops the lock when this process ends, however it ends.
+    """
+    fd = open_lock(path.with_suffix(".busy"))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def socket_dir() -> Path:

@@ -127,23 +127,39 @@ def test_an_idle_worker_exits(job):
     assert _gone(job.pids[0], within_s=15)
 
 
-def test_auto_uses_the_worker_only_for_gpu_jobs_outside_slurm(monkeypatch):
+def test_auto_uses_the_worker_outside_slurm(monkeypatch):
     monkeypatch.delenv(worker.IN_WORKER, raising=False)
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    assert worker.wanted("auto", "auto") and worker.wanted("auto", "cuda")
-    assert not worker.wanted("auto", "cpu")
-    assert worker.wanted(True, "cpu") and not worker.wanted(False, "cuda")
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert not worker.wanted("auto", "auto")  # no GPU to run on
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert worker.wanted("auto") and worker.wanted(True) and worker.wanted("true")
+    assert not worker.wanted(False) and not worker.wanted("false")
     monkeypatch.setenv("SLURM_JOB_ID", "7")
-    assert not worker.wanted("auto", "cuda")  # each SLURM job has its own allocation
+    assert not worker.wanted("auto")  # each SLURM job has its own allocation
+    assert worker.wanted(True)
     monkeypatch.delenv("SLURM_JOB_ID")
     monkeypatch.setenv(worker.IN_WORKER, "1")
-    assert not worker.wanted(True, "cuda")  # the worker runs the script itself
+    assert not worker.wanted(True)  # the worker runs the script itself
     with pytest.raises(ValueError, match="`job_worker`: 'sometimes' is not one of auto, true, false"):
-        worker.wanted("sometimes", "cuda")
+        worker.wanted("sometimes")
+
+
+def test_a_cpu_job_that_finds_the_worker_busy_runs_in_its_own_process(job):
+    client = job("a", "sleep", wait=False)
+    deadline = time.monotonic() + 60
+    while "job ran" not in ((job.dir / "a.log").read_text() if (job.dir / "a.log").exists() else ""):
+        assert time.monotonic() < deadline and client.poll() is None, client.stderr.read() if client.poll() else "timeout"
+        time.sleep(0.1)
+    try:
+        second = job("b")
+        assert second.returncode == 0, second.stderr
+        assert "busy with another CPU job; this job runs in its own process" in second.stderr
+        pid, flag = (job.dir / "b.out").read_text().split()
+        assert flag == "None" and int(pid) != client.pid  # its own process, not the worker's
+        assert "ran in worker" not in (job.dir / "b.log").read_text()
+    finally:
+        client.kill()
+        client.wait()
+    assert job("c").returncode == 0  # the claim ends with its client: the next job gets a worker again
+    assert "ran in worker pid" in (job.dir / "c.log").read_text()
 
 
 def test_the_key_follows_torch_related_environment(monkeypatch):
