@@ -1,4 +1,4 @@
-"""A warm process per GPU that runs the pipeline's GPU jobs one after another.
+"""A warm process per GPU, or one for the CPU, that runs the pipeline's device jobs one after another.
 
 Snakemake starts one process per job, and on a GPU host most of a small job is start-up:
 importing torch and Transformers (about 15 s on an H200 host), then Dynamo's tracing,
