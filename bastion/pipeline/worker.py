@@ -23,8 +23,8 @@ either way; the job's log ends with a line naming the worker.
   (default 120 s).
 - Config ``job_worker``: ``auto`` uses it outside SLURM (each SLURM job has its own
   allocation), ``true`` always, ``false`` never.  A CPU job's start-up is seconds, not
-  minutes, but the tiny experiment's four CPU jobs spent 6-10 s each outside their
-  measurements in their own processes and about 1 s in the worker (docs/performance.md).
+  minutes, but the tiny experiment's four CPU jobs each took 4-8 s longer in their own
+  processes than in the worker, 23 s of a 289-s run (docs/performance.md).
 - A GPU job waits for its GPU's worker; a CPU job that finds its worker busy with another
   job (``--cores`` above 1) runs in its own process instead, so CPU jobs still run side by
   side.
