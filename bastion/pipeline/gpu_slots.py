@@ -21,7 +21,6 @@ opened through a symbolic link, so nobody can make a job truncate a file of its 
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import subprocess
@@ -29,7 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bastion.pipeline.private import open_lock, private_dir
+from bastion.pipeline.private import private_dir, try_lock
 
 LOCK_DIR_ENV = "BASTION_GPU_LOCK_DIR"
 HELD_ENV = "BASTION_GPU_SLOT_HELD"  # set by the job worker while it runs a job whose client holds this slot
@@ -93,11 +92,8 @@ def acquire(
     deadline = time.monotonic() + timeout_s
     while True:
         for i, dev in enumerate(devices):
-            fd = open_lock(folder / f"gpu{dev}.lock")
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
+            fd = try_lock(folder / f"gpu{dev}.lock")
+            if fd is None:
                 continue
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()}\n".encode())

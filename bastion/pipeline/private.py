@@ -12,6 +12,7 @@ from it is read.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import stat
@@ -82,6 +83,20 @@ def open_lock(path: str | os.PathLike) -> int:
         os.close(fd)
         raise UnsafePathError(f"lock file {path} is {_describe(st)}, not a file of uid {os.getuid()}; "
                               "remove it and rerun")
+    return fd
+
+
+def try_lock(path: str | os.PathLike) -> int | None:
+    """An exclusive ``flock`` on this user's lock file at ``path`` if nobody holds it (its fd), else None.
+
+    The kernel drops it when the fd closes or the process ends, however it ends.
+    """
+    fd = open_lock(path)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
     return fd
 
 

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from bastion.pipeline import gpu_slots
-from bastion.pipeline.private import UnsafePathError, open_lock, peer_uid, private_dir, runtime_base
+from bastion.pipeline.private import UnsafePathError, open_lock, peer_uid, private_dir, runtime_base, try_lock
 
 IN_WORKER = "BASTION_IN_WORKER"
 IDLE_ENV = "BASTION_WORKER_IDLE_S"
@@ -91,7 +91,8 @@ def hand_off(smk: Any, script: str, device: str = "auto") -> None:
     except UnsafePathError as exc:
         sys.exit(f"error: {exc}")
     gpu = f"gpu{slot.device}" if slot is not None and slot.index is not None else None  # names its pid file
-    busy = None if gpu is not None else _claim(path)  # held until this process ends
+    # a CPU job holds its worker until this process ends; a GPU job holds its slot
+    busy = None if gpu is not None else try_lock(path.with_suffix(".busy"))
     if gpu is None and busy is None:
         print("[job-worker] busy with another CPU job; this job runs in its own process", file=sys.stderr, flush=True)
         return
@@ -120,20 +121,6 @@ def hand_off(smk: Any, script: str, device: str = "auto") -> None:
     sys.stderr.write(reply["console"])
     sys.stderr.flush()
     sys.exit(reply["rc"])
-
-
-def _claim(path: Path) -> int | None:
-    """A descriptor holding the CPU worker at ``path`` for this job, or None while another job holds it.
-
-    The kernel drops the lock when this process ends, however it ends.
-    """
-    fd = open_lock(path.with_suffix(".busy"))
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
 
 
 def socket_dir() -> Path:
