@@ -85,6 +85,47 @@ def ttt_forward(head: Eagle3Head, feats: torch.Tensor, ids: torch.Tensor, steps:
     return outs
 
 
+@dataclass
+class TargetView:
+    """The target's side of every step's score, computed once per batch: it is the same
+    tensor at every depth, shifted by the step."""
+
+    in_draft: torch.Tensor  # [B, T] bool: the target's argmax lies in the draft vocabulary
+    p: torch.Tensor  # [B, T, Vd] fp32: the target's distribution over the draft vocabulary
+    best: torch.Tensor  # [B, T] long: its argmax, as a draft id
+
+
+@torch.no_grad()
+def target_view(head: Eagle3Head, logits: torch.Tensor) -> TargetView:
+    """The target's ``logits`` [B, T, V] as the head's steps are scored against them."""
+    t2d = head.t2d
+    z = logits if bool(t2d.all()) else logits[..., t2d]
+    p = torch.softmax(z.float(), dim=-1)
+    return TargetView(t2d[logits.argmax(-1)], p, p.argmax(-1))
+
+
+def step_scores(head: Eagle3Head, feats: torch.Tensor, ids: torch.Tensor, view: TargetView, steps: int,
+                roots: torch.Tensor | None = None, outside_vocab_counts: bool = False) -> list[StepScore]:
+    """Score every unrolled step against the target's ``view``; see :func:`ttt_scores`.
+
+    No host synchronisation and no data-dependent branch: the trainer compiles it whole.
+    """
+    t_len = feats.shape[1]
+    scores = []
+    for k, h in enumerate(ttt_forward(head, feats, ids, steps)):
+        n_pos = t_len - 1 - k  # positions whose step-k label exists
+        labelled = view.in_draft[:, 1 + k :]  # [B, n_pos]
+        valid = torch.ones_like(labelled) if outside_vocab_counts else labelled
+        if roots is not None:
+            valid = valid & roots[:, 1 : 1 + n_pos]
+        z_k = head.logits(h[:, :n_pos]).float()  # [B, n_pos, Vd]
+        ce = F.cross_entropy(z_k.flatten(0, 1), view.p[:, 1 + k :].flatten(0, 1), reduction="none")  # [B * n_pos]
+        w = (valid & labelled).flatten()
+        hits = ((z_k.detach().argmax(-1) == view.best[:, 1 + k :]) & labelled & valid).sum()
+        scores.append(StepScore((ce * w).sum() / w.sum().clamp(min=1), hits, valid.sum()))
+    return scores
+
+
 def ttt_scores(head: Eagle3Head, feats: torch.Tensor, ids: torch.Tensor, logits: torch.Tensor, steps: int,
                roots: torch.Tensor | None = None, outside_vocab_counts: bool = False) -> list[StepScore]:
     """Score every unrolled step against the target's ``logits`` [B, T, V].
@@ -93,33 +134,18 @@ def ttt_scores(head: Eagle3Head, feats: torch.Tensor, ids: torch.Tensor, logits:
     (token ``t + 1``) it marks, e.g. roots inside a generated continuation.  Training
     counts only labels inside the draft vocabulary; with ``outside_vocab_counts`` the
     others count too, as misses (a head can never draft them), so heads of different
-    vocabularies compare like for like.  The target's draft-vocabulary distribution is
-    computed once and shifted per step: it is the same tensor at every depth.
+    vocabularies compare like for like.
     """
-    t_len = feats.shape[1]
-    with torch.no_grad():
-        t2d = head.t2d
-        in_draft = t2d[logits.argmax(-1)]  # [B, T]
-        z = logits if bool(t2d.all()) else logits[..., t2d]
-        p = torch.softmax(z.float(), dim=-1)  # [B, T, Vd]
-        best = p.argmax(-1)  # [B, T] draft ids
-    scores = []
-    for k, h in enumerate(ttt_forward(head, feats, ids, steps)):
-        n_pos = t_len - 1 - k  # positions whose step-k label exists
-        labelled = in_draft[:, 1 + k :]  # [B, n_pos]
-        valid = torch.ones_like(labelled) if outside_vocab_counts else labelled
-        if roots is not None:
-            valid = valid & roots[:, 1 : 1 + n_pos]
-        z_k = head.logits(h[:, :n_pos]).float()  # [B, n_pos, Vd]
-        ce = F.cross_entropy(z_k.flatten(0, 1), p[:, 1 + k :].flatten(0, 1), reduction="none")  # [B * n_pos]
-        w = (valid & labelled).flatten()
-        hits = ((z_k.detach().argmax(-1) == best[:, 1 + k :]) & labelled & valid).sum()
-        scores.append(StepScore((ce * w).sum() / w.sum().clamp(min=1), hits, valid.sum()))
-    return scores
+    return step_scores(head, feats, ids, target_view(head, logits), steps, roots, outside_vocab_counts)
 
 
-def ttt_losses(head: Eagle3Head, feats: torch.Tensor, ids: torch.Tensor, logits: torch.Tensor,
-               steps: int) -> tuple[list[torch.Tensor], list[float]]:
-    """Per-step soft cross-entropies and argmax accuracies; logits [B, T, V] of the target."""
-    scores = ttt_scores(head, feats, ids, logits, steps)
-    return [s.loss for s in scores], [float(s.hits) / max(int(s.counted), 1) for s in scores]
+def weighted_loss(head: Eagle3Head, feats: torch.Tensor, ids: torch.Tensor, view: TargetView,
+                  weights: list[float], dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The training loss: step ``k``'s cross-entropy weighted ``weights[k]``, the head's matmuls
+    under ``dtype`` autocast (fp32: none).  Returns (loss, per-step losses [S], per-step
+    accuracies [S]) as device tensors, so a step costs one host synchronisation, at its end."""
+    with torch.autocast(feats.device.type, dtype=dtype, enabled=dtype != torch.float32):
+        scores = step_scores(head, feats, ids, view, len(weights))
+    losses = torch.stack([s.loss for s in scores])  # [S]
+    accs = torch.stack([s.hits.float() / s.counted.clamp(min=1).float() for s in scores])  # [S]
+    return (losses * losses.new_tensor(weights)).sum(), losses.detach(), accs

@@ -13,7 +13,7 @@ from dflash.eagle3 import train
 from dflash.eagle3.checkpoint import load_eagle3
 from dflash.eagle3.config import head_config_for
 from dflash.eagle3.model import Eagle3Head
-from dflash.eagle3.ttt import ttt_scores
+from dflash.eagle3.ttt import target_view, ttt_scores, weighted_loss
 
 V = 120
 
@@ -119,3 +119,40 @@ def test_labels_outside_the_draft_vocabulary_can_count_as_misses(pair):
     assert all(int(i.counted) < int(e.counted) for i, e in zip(inside, every))  # some labels fall outside
     assert [int(s.hits) for s in inside] == [int(s.hits) for s in every]  # never a hit there
     assert [s.loss.item() for s in inside] == [s.loss.item() for s in every]
+
+
+def _scored_batch(pair, seed: int):
+    target = AutoModelForCausalLM.from_pretrained(pair / "target").eval()
+    torch.manual_seed(seed)
+    head = Eagle3Head(head_config_for(target.config, V, None, None))
+    head.t2d.fill_(True)
+    head.attach_target_embeddings(target.get_input_embeddings())
+    ids = torch.from_numpy(np.load(pair / "ids.npy")[:40].astype(np.int64)).view(2, 20)
+    feats, logits = train.target_pass(target, ids, head.config.layer_ids(8))
+    return head, feats, ids, logits
+
+
+def test_the_training_loss_weights_each_steps_score(pair):
+    head, feats, ids, logits = _scored_batch(pair, 3)
+    weights = [1.0, 0.5, 0.25]
+    loss, losses, accs = weighted_loss(head, feats, ids, target_view(head, logits), weights, torch.float32)
+    scores = ttt_scores(head, feats, ids, logits, 3)
+    assert losses.tolist() == pytest.approx([s.loss.item() for s in scores], rel=1e-6)
+    assert accs.tolist() == pytest.approx([int(s.hits) / int(s.counted) for s in scores], rel=1e-6)
+    assert loss.item() == pytest.approx(sum(w * s.loss.item() for w, s in zip(weights, scores)), rel=1e-6)
+    assert loss.requires_grad and not losses.requires_grad
+
+
+def test_the_compiled_loss_equals_the_eager_one(pair):
+    head, feats, ids, logits = _scored_batch(pair, 4)
+    view, weights = target_view(head, logits), [1.0, 0.8]
+    eager = weighted_loss(head, feats, ids, view, weights, torch.float32)
+    grads = torch.autograd.grad(eager[0], list(head.parameters()), allow_unused=True)
+    compiled = torch.compile(weighted_loss)(head, feats, ids, view, weights, torch.float32)
+    again = torch.autograd.grad(compiled[0], list(head.parameters()), allow_unused=True)
+    assert compiled[1].tolist() == pytest.approx(eager[1].tolist(), rel=1e-5)
+    assert compiled[2].tolist() == eager[2].tolist()
+    for g, h in zip(grads, again):
+        assert (g is None) == (h is None)
+        if g is not None:
+            torch.testing.assert_close(h, g, rtol=1e-4, atol=1e-6)
