@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -37,6 +38,35 @@ def test_tau_is_pooled_over_steps_and_outputs_are_checked_against_ar(tmp_path):
     ar: dict = {}
     tau, equal, n = pick_eagle3.tau_and_equality(path, ar)
     assert tau == pytest.approx(7 / 4) and (equal, n) == (1, 2)  # τ over all steps: (3 + 1 + 2 + 1) / 4
+
+
+def test_decodes_are_reused_only_for_the_same_command_and_head(tmp_path):
+    heads = {n: tmp_path / n for n in ("a", "b")}
+    for n, d in heads.items():
+        d.mkdir()
+        (d / "model.safetensors").write_bytes(n.encode())
+    runs = tmp_path / "runs.txt"
+
+    def command(name: str) -> tuple[list[str], object, str]:
+        out = tmp_path / f"{name}.jsonl"
+        code = f"open({str(runs)!r}, 'a').write('{name} '); open({str(out)!r}, 'w').write('{{}}')"
+        return [sys.executable, "-c", code], out, str(heads[name])
+
+    def ran(commands) -> list[str]:
+        runs.write_text("")
+        pick_eagle3.run_all(commands, jobs=2)
+        return sorted(runs.read_text().split())
+
+    both = [command("a"), command("b")]
+    assert ran(both) == ["a", "b"]
+    assert ran(both) == []  # a rerun after a kill skips what is done
+    (heads["b"] / "model.safetensors").write_bytes(b"another head under the same name")
+    assert ran(both) == ["b"]
+    (tmp_path / "a.stamp.json").unlink()  # a file an earlier pick left, with no stamp of this command
+    assert ran(both) == ["a"]
+    other = command("a")
+    other[0][-1] += " # another tree"
+    assert ran([other, command("b")]) == ["a"]
 
 
 def test_a_shipped_head_is_bf16_and_under_the_limit(tmp_path):

@@ -20,6 +20,7 @@ unless the winner is the first candidate.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -46,29 +47,56 @@ def training_facts(head_dir: Path) -> dict:
     return out
 
 
-def decode_command(name: str, head: str, tree: str, args: argparse.Namespace, with_ar: bool) -> tuple[list[str], Path]:
-    """The CLI call that decodes the prompts with one head at one tree, and its records file."""
+def decode_command(name: str, head: str, tree: str, args: argparse.Namespace,
+                   with_ar: bool) -> tuple[list[str], Path, str]:
+    """The CLI call that decodes the prompts with one head at one tree, its records file and the head."""
     out = Path(args.out) / f"{name}_{tree.replace('/', '-')}.jsonl"
     cmd = [sys.executable, "-m", "bastion.benchmark", "--model", args.model, "--dataset", str(args.dataset),
            "--methods", "ar,eagle3" if with_ar else "eagle3", "--dtype", "float32", "--device", args.device,
            "--engine", args.engine, "--max-new-tokens", str(args.max_new_tokens), "--eagle3-model", head,
            "--eagle3-tree", tree,
            "--output", str(out), "--cache-dir", str(Path(args.out) / "cache"), "--quiet"]
-    return cmd, out
+    return cmd, out, head
 
 
-def run_all(commands: list[tuple[list[str], Path]], jobs: int) -> None:
-    """Run the decodes not done yet, ``jobs`` at a time (a GPU has room for several)."""
-    todo = [cmd for cmd, out in commands if not out.exists()]
+def head_digest(folder: str) -> str:
+    """A digest of every file of a head folder: two heads under one name are told apart."""
+    h = hashlib.sha256()
+    for f in sorted(Path(folder).iterdir()):
+        if f.is_file():
+            h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _stamp(cmd: list[str], head: str) -> dict:
+    return {"command": cmd[1:], "head_digest": head_digest(head)}  # cmd[0], the interpreter, may move
+
+
+def run_all(commands: list[tuple[list[str], Path, str]], jobs: int) -> None:
+    """Run the decodes not done yet, ``jobs`` at a time (a GPU has room for several).
+
+    A records file is reused only beside a stamp of the same command and the same head
+    bytes: a rerun after a kill skips what is done, while files an earlier pick left in
+    the same folder, from another head or another tree order, are decoded again."""
+    todo = []
+    for cmd, out, head in commands:
+        stamp = out.with_suffix(".stamp.json")
+        if out.exists() and stamp.exists() and json.loads(stamp.read_text()) == _stamp(cmd, head):
+            continue
+        out.unlink(missing_ok=True)
+        stamp.unlink(missing_ok=True)
+        todo.append((cmd, out, head))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for i in range(0, len(todo), max(jobs, 1)):
         procs = []
-        for cmd in todo[i : i + max(jobs, 1)]:
+        for cmd, out, head in todo[i : i + max(jobs, 1)]:
             print("+ " + " ".join(cmd), flush=True)
-            procs.append((cmd, subprocess.Popen(cmd, env=env)))
-        failed = [" ".join(c) for c, p in procs if p.wait() != 0]
+            procs.append((cmd, out, head, subprocess.Popen(cmd, env=env)))
+        failed = [" ".join(c) for c, _, _, p in procs if p.wait() != 0]
         if failed:
             raise SystemExit(f"error: decoding failed: {failed[0]}")
+        for cmd, out, head, _ in procs:
+            out.with_suffix(".stamp.json").write_text(json.dumps(_stamp(cmd, head)))
 
 
 def tau_and_equality(path: Path, ar: dict[int, list[int]]) -> tuple[float, int, int]:

@@ -35,6 +35,9 @@ GEN_SECONDS=${GEN_SECONDS:-150}; TRAIN_SECONDS=${TRAIN_SECONDS:-240}
 DATA_SEED=${DATA_SEED:-20}; SAMPLED_COPIES=${SAMPLED_COPIES:-1}; WINDOWS=${WINDOWS:-16384}
 SELECT_TREES=${SELECT_TREES:-"7/10/60 3/4/12"}
 mkdir -p "$OUT" "$L"
+# an earlier run's candidates (their checkpoints would be resumed on other data) and choice
+# in the same $WORK must not reach this one
+rm -rf "$W/pick" "$W/ship"
 stage() { echo "== $1 rc=$2 $3s" | tee -a "$L/env.txt"; }
 # the data, shared with the other recipe; its settings travel in the environment
 OUT=$OUT WORK=$W BUILD=$C GEN_SECONDS=$GEN_SECONDS DATA_SEED=$DATA_SEED SAMPLED_COPIES=$SAMPLED_COPIES \
@@ -52,7 +55,7 @@ h2 --batch-size 32 --lr 2e-3 --warmup-steps 300 --seed 2
 h3 --batch-size 64 --lr 2e-3 --warmup-steps 300 --seed 3"}
 NAMES=""
 while read -r name args; do
-  [ -n "$name" ] || continue; NAMES="$NAMES $name"
+  [ -n "$name" ] || continue; NAMES="$NAMES $name"; rm -rf "${W:?}/$name"
   eval "train $name $args" &
 done <<< "$CANDIDATES"
 wait
