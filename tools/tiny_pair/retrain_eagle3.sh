@@ -13,7 +13,9 @@
 #      arguments; $E0 is the shipped head, for fine-tuning rounds).  Every candidate gets the
 #      full draft vocabulary (4,096), an MLP as wide as the target's (896), the reference taps,
 #      7 unrolled steps, windows from document starts, bf16 autocast, and a cosine decay that
-#      follows the clock ($TRAIN_SECONDS), so a run cut by time ends at its floor rate;
+#      follows the clock ($TRAIN_SECONDS), so a run cut by time ends at its floor rate.  With
+#      `--compile` among its arguments a candidate's step runs 2.2 times as fast on an H100
+#      (the first step carries a compile of about a minute); the default candidates have it;
 #   3. the choice: every 6th of the 152 validation headers (26) decoded with the shipped head
 #      and each candidate through `python -m bastion.benchmark` (fp32, T = 0, 128 new tokens,
 #      outputs checked against AR's) at each of $SELECT_TREES, the first deciding
@@ -23,7 +25,8 @@
 # rounds of one device call each (docs/tiny-pair.md, steps 6-7).  One call here trains
 # about $TRAIN_SECONDS of steps per candidate; later rounds fine-tune the previous winner
 # (`--init-from $E0` after shipping it) on new continuations (a new $DATA_SEED), until the
-# token positions in $OUT/pick.md add up to the drafter's.
+# token positions in $OUT/pick.md add up to the drafter's or decoded τ stops rising (for the
+# tiny head it levelled off at 0.41 of them: docs/tiny-pair.md).
 # Run from the repository root with the CPU-built build/ (train_prompts.jsonl,
 # valid_prompts.jsonl, train.txt.gz; docs/tiny-pair.md, steps 1-2):
 #   OUT=out bash tools/tiny_pair/retrain_eagle3.sh
@@ -50,9 +53,9 @@ train() { name=$1; shift; timeout $((TRAIN_SECONDS+200)) python -m dflash.eagle3
 # the kill comes 200 s after the training clock: loading the data before it and the final
 # validation and save after it took over 90 s with three candidates sharing the GPU
 # one candidate a line: "name dflash.eagle3.train arguments"; the later of a repeated flag wins
-CANDIDATES=${CANDIDATES:-"h1 --batch-size 32 --lr 1e-3 --warmup-steps 300 --seed 1
-h2 --batch-size 32 --lr 2e-3 --warmup-steps 300 --seed 2
-h3 --batch-size 64 --lr 2e-3 --warmup-steps 300 --seed 3"}
+CANDIDATES=${CANDIDATES:-"h1 --batch-size 32 --lr 1e-3 --warmup-steps 300 --seed 1 --compile
+h2 --batch-size 32 --lr 2e-3 --warmup-steps 300 --seed 2 --compile
+h3 --batch-size 64 --lr 2e-3 --warmup-steps 300 --seed 3 --compile"}
 NAMES=""
 while read -r name args; do
   [ -n "$name" ] || continue; NAMES="$NAMES $name"; rm -rf "${W:?}/$name"
