@@ -20,7 +20,6 @@ unless the winner is the first candidate.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import subprocess
@@ -28,6 +27,7 @@ import sys
 from pathlib import Path
 
 from bastion.results.records import read_records, summarise
+from bastion.runs.eagle3_choice import head_digest
 
 SIZE_LIMIT = 10 * 1000 * 1000  # bytes: the head ships beside the pair, outside its budget, under 10 MB
 
@@ -57,15 +57,6 @@ def decode_command(name: str, head: str, tree: str, args: argparse.Namespace,
            "--eagle3-tree", tree,
            "--output", str(out), "--cache-dir", str(Path(args.out) / "cache"), "--quiet"]
     return cmd, out, head
-
-
-def head_digest(folder: str) -> str:
-    """A digest of every file of a head folder: two heads under one name are told apart."""
-    h = hashlib.sha256()
-    for f in sorted(Path(folder).iterdir()):
-        if f.is_file():
-            h.update(f.name.encode() + b"\0" + f.read_bytes())
-    return h.hexdigest()[:16]
 
 
 def _stamp(cmd: list[str], head: str) -> dict:
