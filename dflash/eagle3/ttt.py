@@ -97,9 +97,13 @@ class TargetView:
 
 @torch.no_grad()
 def target_view(head: Eagle3Head, logits: torch.Tensor) -> TargetView:
-    """The target's ``logits`` [B, T, V] as the head's steps are scored against them."""
+    """The target's ``logits`` [B, T, V] as the head's steps are scored against them.
+
+    A draft vocabulary as large as the target's holds every token; that is read from the
+    shapes, not from ``t2d`` on the device, so a training step does not wait for the device
+    here."""
     t2d = head.t2d
-    z = logits if bool(t2d.all()) else logits[..., t2d]
+    z = logits if head.d2t.numel() == t2d.numel() else logits[..., t2d]
     p = torch.softmax(z.float(), dim=-1)
     return TargetView(t2d[logits.argmax(-1)], p, p.argmax(-1))
 
