@@ -35,14 +35,16 @@ def _step(fn, target, head, ids, weights, dtype) -> tuple[list[float], torch.Ten
     return torch.cat([loss.detach()[None], losses, accs]).tolist(), grad
 
 
-def _timed(fn, repeats: int, *args) -> tuple[list[float], torch.Tensor, float]:
-    """The fastest of ``repeats`` steps, in ms, with the last step's values and gradient."""
+def _timed(fn, repeats: int, batch: tuple) -> tuple[list[float], torch.Tensor, float]:
+    """The fastest of ``repeats`` steps on ``batch`` (:func:`_step`'s arguments after ``fn``), in ms,
+    with the last step's values and gradient."""
+    cuda = batch[2].is_cuda  # the windows' ids
     best = float("inf")
     for _ in range(repeats):
-        if args[2].is_cuda:  # args[2]: the batch's ids
+        if cuda:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
-        values, grad = _step(fn, *args)
+        values, grad = _step(fn, *batch)  # ends reading its values back: the device is done
         best = min(best, (time.perf_counter() - t0) * 1e3)
     return values, grad, best
 
@@ -64,12 +66,12 @@ def main() -> int:
     ids = torch.randint(3, int(target.config.vocab_size), (args.batch_size, args.seq_len), device=dev)
     weights = [0.8**k for k in range(args.ttt_steps)]
     batch = (target, head, ids, weights, ts.resolve_dtype(args.precision, dev))
-    eager, g_eager, ms_eager = _timed(weighted_loss, args.repeats, *batch)
+    eager, g_eager, ms_eager = _timed(weighted_loss, args.repeats, batch)
     compiled_fn = torch.compile(weighted_loss)
     t0 = time.perf_counter()
     _step(compiled_fn, *batch)
     first_s = time.perf_counter() - t0
-    compiled, g_comp, ms_comp = _timed(compiled_fn, args.repeats, *batch)
+    compiled, g_comp, ms_comp = _timed(compiled_fn, args.repeats, batch)
     positions = args.batch_size * args.seq_len
     print(f"device {dev} ({torch.cuda.get_device_name(dev) if dev.type == 'cuda' else 'cpu'}), torch "
           f"{torch.__version__}, batch {args.batch_size} x {args.seq_len}, {args.ttt_steps} unrolled steps, "
