@@ -20,8 +20,8 @@ from bastion.calibration.grid import MAX_HELDOUT_MAPE, Grid, gated_fit, probe_gr
 from bastion.calibration.overheads import (
     describe_baselines,
     describe_overheads,
-    profile_baselines,
     profile_overheads,
+    settled_baselines,
 )
 from bastion.calibration.peaks import measure_peaks
 from bastion.calibration.store import Calibration
@@ -110,9 +110,11 @@ def profile_steps(engine: Engine, policy: TreePolicy, cost: CostModel, *, seed: 
     overheads = profile_overheads(lambda n: engine.decoder("bastion", replace(policy, budget=n)),
                                   overhead_budgets(policy, gpu), prompt, temperature=temperature, cost_model=cost,
                                   reference=reference_size(policy))
-    baselines = profile_baselines(lambda m: engine.decoder(m), prompt, steps=BASELINE_STEPS, temperature=temperature)
     # the AR runs' contexts: the prompt, then one more token a step
-    overheads = replace(overheads, ar_excess=baselines["ar"] - float(cost.predict(1, len(prompt) + BASELINE_STEPS // 2)))
+    c1 = float(cost.predict(1, len(prompt) + BASELINE_STEPS // 2))
+    baselines = settled_baselines(lambda m: engine.decoder(m), prompt, c1, steps=BASELINE_STEPS,
+                                  temperature=temperature, log=log)
+    overheads = replace(overheads, ar_excess=baselines["ar"] - c1)
     log(f"[calibrate] {describe_overheads(overheads)}")
     log(f"[calibrate] {describe_baselines(baselines)}")
     return overheads, baselines
