@@ -10,7 +10,12 @@
 #  3. terminates job steps of this cluster that are still alive (slurmstepd
 #     outlives slurmd): only slurmstepd processes whose working directory is
 #     inside STATE_DIR, with their descendants;
-#  4. stops munged, if start.sh started it (a reused munged is left alone).
+#  4. stops munged, if start.sh started it (a reused munged is left alone);
+#  5. once all of that is gone, removes the slurm.conf and gres.conf that
+#     start.sh wrote: a config naming a controller that no longer runs makes
+#     every `scontrol` wait about 9 s for it, and Snakemake's SLURM plugin runs
+#     `scontrol show config` whenever Snakemake starts, so every later snakemake
+#     command on the machine would start 9 s late.
 # A PID is signalled only while /proc/PID/comm still names the expected
 # program, so a recycled PID is never hit. Each daemon gets SIGTERM and up to
 # 20 s to exit, then SIGKILL. Exit status 0 when everything recorded is gone.
@@ -135,5 +140,10 @@ stop_one munged "$MUNGED_PID"
 if [ "$rc" -eq 0 ] && [ -f "$ENV_FILE" ]; then
     # Keep the logs/state for inspection, but mark the cluster as stopped.
     mv -f "$ENV_FILE" "$ENV_FILE.stopped"
+fi
+if [ "$rc" -eq 0 ]; then
+    for f in "$CONF_DIR/slurm.conf" "$CONF_DIR/gres.conf"; do
+        ours "$f" && rm -f "$f" && log "removed $f"
+    done
 fi
 exit "$rc"
