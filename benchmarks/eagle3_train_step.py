@@ -64,7 +64,7 @@ def main() -> int:
     head = load_eagle3(HEAD, target.config).float().to(dev)
     head.attach_target_embeddings(target.get_input_embeddings())
     ids = torch.randint(3, int(target.config.vocab_size), (args.batch_size, args.seq_len), device=dev)
-    weights = [0.8**k for k in range(args.ttt_steps)]
+    weights = torch.tensor([0.8**k for k in range(args.ttt_steps)], device=dev)  # [S]
     batch = (target, head, ids, weights, ts.resolve_dtype(args.precision, dev))
     eager, g_eager, ms_eager = _timed(weighted_loss, args.repeats, batch)
     compiled_fn = torch.compile(weighted_loss)

@@ -248,7 +248,8 @@ def _train(args: argparse.Namespace, out: Path, head: Eagle3Head, target: torch.
     _start_log(log_path, start, args)
     lr_at = _schedule(args)
     starts = _doc_starts(target, tokens, args)
-    weights = [args.step_decay**k for k in range(args.ttt_steps)]
+    weights = torch.tensor([args.step_decay**k for k in range(args.ttt_steps)], device=device)  # [S]
+    amp = ts.resolve_dtype(args.precision, device)
     loss_fn = torch.compile(weighted_loss) if args.compile else weighted_loss
     history: list[dict[str, Any]] = []
 
@@ -265,7 +266,7 @@ def _train(args: argparse.Namespace, out: Path, head: Eagle3Head, target: torch.
             t0 = time.perf_counter()
             ids = td.sample_windows(tokens, args.batch_size, args.seq_len, gen, starts).to(device)
             lr = lr_at(step, elapsed)
-            loss, losses, accs = _update(args, head, target, layer_ids, opt, params, loss_fn, weights, ids, lr)
+            loss, losses, accs = _update(args, head, target, layer_ids, opt, params, loss_fn, weights, amp, ids, lr)
             elapsed += time.perf_counter() - t0
             row = {"step": step, "loss": loss, "step_losses": [round(x, 5) for x in losses],
                    "acc": [round(a, 4) for a in accs], "lr": lr, "elapsed_s": round(elapsed, 2),
@@ -288,15 +289,14 @@ def _train(args: argparse.Namespace, out: Path, head: Eagle3Head, target: torch.
 
 
 def _update(args: argparse.Namespace, head: Eagle3Head, target: torch.nn.Module, layer_ids: list[int],
-            opt: torch.optim.Optimizer, params: list[torch.nn.Parameter], loss_fn, weights: list[float],
-            ids: torch.Tensor, lr: float) -> tuple[float, list[float], list[float]]:
+            opt: torch.optim.Optimizer, params: list[torch.nn.Parameter], loss_fn, weights: torch.Tensor,
+            amp: torch.dtype, ids: torch.Tensor, lr: float) -> tuple[float, list[float], list[float]]:
     """One optimiser step on windows ``ids`` [B, T] at rate ``lr``: the target's features and logits, the
-    unrolled steps' losses weighted by ``weights`` (``loss_fn``: :func:`.ttt.weighted_loss`, perhaps
-    compiled), clipped gradients.  Returns the weighted loss, each step's loss and each step's accuracy,
+    unrolled steps' losses weighted by ``weights`` [S] under ``amp`` autocast (``loss_fn``:
+    :func:`.ttt.weighted_loss`, perhaps compiled), clipped gradients.  Returns the weighted loss, each step's loss and each step's accuracy,
     read back from the device once, after the optimiser step is queued."""
     feats, logits = target_pass(target, ids, layer_ids)
-    loss, losses, accs = loss_fn(head, feats, ids, target_view(head, logits), weights,
-                                 ts.resolve_dtype(args.precision, ids.device))
+    loss, losses, accs = loss_fn(head, feats, ids, target_view(head, logits), weights, amp)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(params, args.grad_clip)

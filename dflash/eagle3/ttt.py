@@ -144,12 +144,15 @@ def ttt_scores(head: Eagle3Head, feats: torch.Tensor, ids: torch.Tensor, logits:
 
 
 def weighted_loss(head: Eagle3Head, feats: torch.Tensor, ids: torch.Tensor, view: TargetView,
-                  weights: list[float], dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The training loss: step ``k``'s cross-entropy weighted ``weights[k]``, the head's matmuls
-    under ``dtype`` autocast (fp32: none).  Returns (loss, per-step losses [S], per-step
-    accuracies [S]) as device tensors, so a step costs one host synchronisation, at its end."""
+                  weights: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The training loss: step ``k``'s cross-entropy weighted ``weights[k]`` (weights [S], on the
+    batch's device), the head's matmuls under ``dtype`` autocast (fp32: none).  Returns (loss,
+    per-step losses [S], per-step accuracies [S]) as device tensors, so a step costs one host
+    synchronisation, at its end.  The weights come in as a device tensor made once: a tensor
+    made here from a list would be copied from pageable host memory, which waits for the
+    device at every step."""
     with torch.autocast(feats.device.type, dtype=dtype, enabled=dtype != torch.float32):
-        scores = step_scores(head, feats, ids, view, len(weights))
+        scores = step_scores(head, feats, ids, view, weights.shape[0])
     losses = torch.stack([s.loss for s in scores])  # [S]
     accs = torch.stack([s.hits.float() / s.counted.clamp(min=1).float() for s in scores])  # [S]
-    return (losses * losses.new_tensor(weights)).sum(), losses.detach(), accs
+    return (losses * weights).sum(), losses.detach(), accs

@@ -135,7 +135,8 @@ def _scored_batch(pair, seed: int):
 def test_the_training_loss_weights_each_steps_score(pair):
     head, feats, ids, logits = _scored_batch(pair, 3)
     weights = [1.0, 0.5, 0.25]
-    loss, losses, accs = weighted_loss(head, feats, ids, target_view(head, logits), weights, torch.float32)
+    loss, losses, accs = weighted_loss(head, feats, ids, target_view(head, logits), torch.tensor(weights),
+                                       torch.float32)
     scores = ttt_scores(head, feats, ids, logits, 3)
     assert losses.tolist() == pytest.approx([s.loss.item() for s in scores], rel=1e-6)
     assert accs.tolist() == pytest.approx([int(s.hits) / int(s.counted) for s in scores], rel=1e-6)
@@ -145,7 +146,7 @@ def test_the_training_loss_weights_each_steps_score(pair):
 
 def test_the_compiled_loss_equals_the_eager_one(pair):
     head, feats, ids, logits = _scored_batch(pair, 4)
-    view, weights = target_view(head, logits), [1.0, 0.8]
+    view, weights = target_view(head, logits), torch.tensor([1.0, 0.8])
     eager = weighted_loss(head, feats, ids, view, weights, torch.float32)
     grads = torch.autograd.grad(eager[0], list(head.parameters()), allow_unused=True)
     compiled = torch.compile(weighted_loss)(head, feats, ids, view, weights, torch.float32)

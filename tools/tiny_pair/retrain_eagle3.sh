@@ -40,7 +40,7 @@ SELECT_TREES=${SELECT_TREES:-"7/10/60 3/4/12"}
 mkdir -p "$OUT" "$L"
 # an earlier run's candidates (their checkpoints would be resumed on other data) and choice
 # in the same $WORK must not reach this one
-rm -rf "$W/pick" "$W/ship"
+rm -rf "${W:?}/pick" "${W:?}/ship"
 stage() { echo "== $1 rc=$2 $3s" | tee -a "$L/env.txt"; }
 # the data, shared with the other recipe; its settings travel in the environment
 OUT=$OUT WORK=$W BUILD=$C GEN_SECONDS=$GEN_SECONDS DATA_SEED=$DATA_SEED SAMPLED_COPIES=$SAMPLED_COPIES \
