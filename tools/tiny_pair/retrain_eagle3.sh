@@ -14,7 +14,7 @@
 #      full draft vocabulary (4,096), an MLP as wide as the target's (896), the reference taps,
 #      7 unrolled steps, windows from document starts, bf16 autocast, and a cosine decay that
 #      follows the clock ($TRAIN_SECONDS), so a run cut by time ends at its floor rate.  With
-#      `--compile` among its arguments a candidate's step runs 2.2 times as fast on an H100
+#      `--compile` among its arguments a candidate's step runs 2.5 times as fast on an H100
 #      (the first step carries a compile of about a minute); the default candidates have it;
 #   3. the choice: every 6th of the 152 validation headers (26) decoded with the shipped head
 #      and each candidate through `python -m bastion.benchmark` (fp32, T = 0, 128 new tokens,
