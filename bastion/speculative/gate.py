@@ -18,16 +18,21 @@ plus :data:`Z` standard errors is still below zero.  The spread is taken at leas
 token's worth (``T_ar``), so three unlucky steps of a drafter that pays do not stop it.
 While stopped it runs AR steps and now and then one drafted step, a probe: after
 :data:`FIRST_WAIT` AR steps, the wait doubling after every probe that did not pay, up to
-:data:`MAX_WAIT`.  A probe resumes drafting only when it is as confident that drafting pays
-as a stop is that it does not: its gain less :data:`Z` spreads (one probe: the spread
-floor, ``T_ar``) is above zero.  Drafting then resumes with an empty window, since the
-probe that resumed it was picked for its luck, and the next stop starts from half the wait.
+:data:`MAX_WAIT`.  A probe pays when it is as confident that drafting pays as a stop is that
+it does not: its gain less :data:`Z` spreads (one probe: the spread floor, ``T_ar``) is
+above zero.  Drafting resumes only after :data:`PROBES_TO_RESUME` probes in a row paid, the
+later ones at the next step each: among the dozens of probes of a long stop a few pay by
+luck alone, and a second in a row rarely does, while text that truly turned predictable
+pays again at once.  Drafting then resumes with an empty window, since the probes that
+resumed it were picked for their luck, and the next stop starts from half the wait.
 
-Both rules answer what the tiny experiment on an H100 showed at T = 1 (docs/performance.md).
+These rules answer what the tiny experiment on an H100 showed at T = 1 (docs/performance.md).
 With any positive gain resuming, and the resuming probe's gain kept in the window, probes
 of three or four committed tokens (a drafted step there costs about as much as 2.7 AR
 steps) resumed drafting, and after a probe of ten the window needed 17 more drafted steps,
-of one to four tokens each, to stop again: 146 of 1,623 steps drafted in one run.
+of one to four tokens each, to stop again: 146 of 1,623 steps drafted in one run.  With one
+probe sure of its gain resuming, single lucky probes still resumed spells of 9 and 21
+drafted steps, most committing one or two tokens (0.88x AR in one run).
 
 A decoder keeps one gate for all its prompts (:meth:`DraftGate.restart` at each), so what
 one prompt taught carries to the next, down to a prompt's first step: where the gate has
@@ -56,6 +61,7 @@ MIN_STEPS = 3  # drafted steps before the gate may stop drafting
 Z = 2.0  # standard errors the mean gain must stay below zero by
 FIRST_WAIT = 2  # AR steps before the first probe
 MAX_WAIT = 64  # the longest run of AR steps between probes
+PROBES_TO_RESUME = 2  # probes in a row that must pay before drafting resumes
 
 
 @dataclass
@@ -69,7 +75,9 @@ class DraftGate:
     probing: bool = False  # a probe was decided and its count is not read yet
     wait: int = 0  # AR steps left before the next probe
     backoff: int = FIRST_WAIT  # the AR steps before the next probe, when this one does not pay
+    paid: int = 0  # probes in a row that paid, since the last that did not
     skipped: int = 0  # AR steps taken in place of drafted ones
+    probes_to_resume: int = PROBES_TO_RESUME
 
     def drafts(self) -> bool:
         """Whether the next step drafts: always while drafting pays, else once after each wait (a probe)."""
@@ -97,25 +105,38 @@ class DraftGate:
         """A new prompt: a probe whose count was never read counts as one that did not pay."""
         if self.probing:
             self.probing = False
-            self.backoff = min(2 * self.backoff, MAX_WAIT)
-            self.wait = self.backoff
+            self._probe_failed()
 
     def observe(self, committed: int, nodes: int, context: int) -> None:
         """A drafted step at ``context`` verified ``nodes`` nodes and committed ``committed`` tokens."""
         t_ar = self.ar_step(context)
         gain = committed * t_ar - self.drafted_step(nodes, context)
-        if self.probing:  # resume when the probe surely paid, else wait twice as long for the next
+        if self.probing:
             self.probing = False
             if gain - Z * t_ar > 0:  # the stop's test turned round, for one step: its spread is the floor
-                self.drafting, self.backoff = True, max(FIRST_WAIT, self.backoff // 2)
-                self.gains.clear()  # the probe was picked for its luck: the steps after it decide
+                self._probe_paid()
             else:
-                self.backoff = min(2 * self.backoff, MAX_WAIT)
-                self.wait = self.backoff
+                self._probe_failed()
             return
         self.gains.append(gain)  # (a step decided before drafting stopped, read after, only adds its gain)
         if self.drafting and len(self.gains) >= MIN_STEPS and self.upper(t_ar) < 0:
             self.drafting, self.wait = False, self.backoff
+
+    def _probe_paid(self) -> None:
+        """Probe again at the next step, or resume once :attr:`probes_to_resume` paid in a row."""
+        self.paid += 1
+        if self.paid < self.probes_to_resume:
+            self.wait = 0
+            return
+        self.paid = 0
+        self.drafting, self.backoff = True, max(FIRST_WAIT, self.backoff // 2)
+        self.gains.clear()  # the probes were picked for their luck: the steps after them decide
+
+    def _probe_failed(self) -> None:
+        """Wait twice as long for the next probe (up to :data:`MAX_WAIT`); a run of paying probes ends."""
+        self.paid = 0
+        self.backoff = min(2 * self.backoff, MAX_WAIT)
+        self.wait = self.backoff
 
     def upper(self, spread_floor: float) -> float:
         """The mean gain plus :data:`Z` standard errors, the spread at least ``spread_floor``."""

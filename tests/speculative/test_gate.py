@@ -7,7 +7,7 @@ drafted step 45 ms, so a drafted step pays from 2.5 committed tokens on.
 
 from __future__ import annotations
 
-from bastion.speculative.gate import FIRST_WAIT, MAX_WAIT, MIN_STEPS, DraftGate
+from bastion.speculative.gate import FIRST_WAIT, MAX_WAIT, MIN_STEPS, PROBES_TO_RESUME, DraftGate
 
 AR, DRAFTED = 18e-3, 45e-3
 
@@ -77,7 +77,9 @@ def test_the_count_of_a_step_decided_before_drafting_stopped_is_not_a_probe():
     gate.observe(9, 16, 100)  # a step decided while drafting, read late: a high count, but not a probe
     assert not gate.drafting and gate.wait == FIRST_WAIT
     assert [gate.drafts() for _ in range(FIRST_WAIT + 3)] == [False] * FIRST_WAIT + [True, False, False]
-    gate.observe(9, 16, 100)  # the probe's count: it paid
+    gate.observe(9, 16, 100)  # the probe's count: it paid, and the next step probes again
+    assert not gate.drafting and gate.drafts()
+    gate.observe(9, 16, 100)  # the second in a row paid too: drafting resumes
     assert gate.drafting and gate.drafts()
 
 
@@ -89,26 +91,64 @@ def test_the_gain_is_weighed_at_the_step_s_own_tree_and_context():
     assert seen == [("ar", 250), ("drafted", 7, 250)] and list(gate.gains) == [3 * AR - DRAFTED]
 
 
-def test_a_probe_resumes_drafting_only_when_it_surely_paid():
-    """Resuming asks of one probe what stopping asks of the window: its gain, less Z spreads
-    (the floor, one AR step), above zero; here 5 committed tokens and not 4 (90 - 45 > 36 > 72 - 45)."""
-    for commits, resumes in ((4, False), (5, True)):
+def _probe(gate: DraftGate, commits: int) -> int:
+    """AR steps until the next probe, then the probe's count; returns the AR steps taken."""
+    waited = 0
+    while not gate.drafts():
+        waited += 1
+    gate.observe(commits, 16, 100)
+    return waited
+
+
+def test_a_probe_pays_only_when_it_surely_paid():
+    """A probe pays when it is as sure as a stop: its gain, less Z spreads (the floor, one AR
+    step), above zero; here 5 committed tokens and not 4 (90 - 45 > 36 > 72 - 45).  Only a
+    paying probe is followed by another at the next step."""
+    for commits, pays in ((4, False), (5, True)):
         gate = _gate()
         _run(gate, [1] * MIN_STEPS)
         assert not gate.drafting
-        while not gate.drafts():
-            pass
-        gate.observe(commits, 16, 100)
-        assert gate.drafting is resumes
-        assert not gate.gains if resumes else gate.wait == 2 * FIRST_WAIT  # the lucky probe is not in the window
+        _probe(gate, commits)
+        assert not gate.drafting and gate.paid == int(pays)
+        assert gate.wait == (0 if pays else 2 * FIRST_WAIT)
 
 
-def test_after_a_lucky_probe_the_steps_that_follow_decide_alone():
+def test_drafting_resumes_only_after_probes_in_a_row_that_paid():
+    assert PROBES_TO_RESUME == 2
     gate = _gate()
     _run(gate, [1] * MIN_STEPS)
-    while not gate.drafts():
-        pass
-    gate.observe(12, 16, 100)  # a probe far past the bar
+    assert _probe(gate, 9) == FIRST_WAIT and not gate.drafting
+    assert _probe(gate, 9) == 0 and gate.drafting  # the second probe came at once, and paid
+    assert not gate.gains  # the lucky probes are not in the window
+
+
+def test_a_lucky_probe_followed_by_one_that_does_not_pay_keeps_the_stop():
+    """A single probe that paid by luck, in a stretch where drafting does not pay, resumes nothing:
+    the wait doubles as after any probe that did not pay, and the run of paying probes starts over."""
+    gate = _gate()
+    _run(gate, [1] * MIN_STEPS)
+    _probe(gate, 12)
+    assert _probe(gate, 1) == 0 and not gate.drafting and gate.paid == 0
+    assert gate.wait == 2 * FIRST_WAIT
+    _probe(gate, 12)  # one more lucky probe after the wait: still one in a row
+    assert not gate.drafting and gate.paid == 1
+
+
+def test_a_prompt_ending_between_two_paying_probes_starts_the_run_over():
+    gate = _gate()
+    _run(gate, [1] * MIN_STEPS)
+    _probe(gate, 12)
+    assert gate.drafts()  # the second probe is decided ...
+    gate.restart()  # ... and the prompt ends before its count is read
+    assert not gate.probing and gate.paid == 0 and gate.wait == 2 * FIRST_WAIT
+
+
+def test_after_lucky_probes_the_steps_that_follow_decide_alone():
+    gate = _gate()
+    _run(gate, [1] * MIN_STEPS)
+    _probe(gate, 12)  # probes far past the bar
+    _probe(gate, 12)
+    assert gate.drafting
     assert _run(gate, [1] * (MIN_STEPS + 1)) == [True] * MIN_STEPS + [False]  # three steps of one stop it again
 
 
