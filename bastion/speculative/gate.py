@@ -20,8 +20,8 @@ While stopped it runs AR steps and now and then one drafted step, a probe: after
 :data:`FIRST_WAIT` AR steps, the wait doubling after every probe that did not pay, up to
 :data:`MAX_WAIT`.  A probe pays when it is as confident that drafting pays as a stop is that
 it does not: its gain less :data:`Z` spreads (one probe: the spread floor, ``T_ar``) is
-above zero.  Drafting resumes only after :data:`PROBES_TO_RESUME` probes in a row paid, the
-later ones at the next step each: among the dozens of probes of a long stop a few pay by
+above zero.  Drafting resumes only after :data:`PROBES_TO_RESUME` probes in a row paid, each
+later one drafted as soon as the one before it is read: among the dozens of probes of a long stop a few pay by
 luck alone, and a second in a row rarely does, while text that truly turned predictable
 pays again at once.  Drafting then resumes with an empty window, since the probes that
 resumed it were picked for their luck, and the next stop starts from half the wait.
@@ -123,7 +123,7 @@ class DraftGate:
             self.drafting, self.wait = False, self.backoff
 
     def _probe_paid(self) -> None:
-        """Probe again at the next step, or resume once :attr:`probes_to_resume` paid in a row."""
+        """Probe again at the next step decided, or resume once :attr:`probes_to_resume` paid in a row."""
         self.paid += 1
         if self.paid < self.probes_to_resume:
             self.wait = 0
