@@ -9,8 +9,8 @@ a drafted step that covers it and what that step committed.  The replay runs
 them as a decoder keeps it: a drafted step at output position ``p`` commits what the
 recorded step covering ``p`` committed, an AR step commits one token, and the gate reads a
 step's count one step late, as the static engine does.  Costs are in AR steps: a drafted
-step costs ``ratio`` of them (on the tiny pair about 3.3 on the 2-core CPU and 3.5 on an
-H100 at T = 1: ``T_draft + T_other + C(n, c)`` over AR's step in the calibration's log).
+step costs ``ratio`` of them (the tiny pair's at T = 1 about three on the 2-core CPU and
+2.2-2.9 on an H100, docs/performance.md).
 
 At T = 1 committed counts come in stretches (a predictable line, then free text), so the
 replay keeps each prompt's order rather than drawing counts at random: a probe that lands
