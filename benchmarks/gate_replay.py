@@ -40,8 +40,8 @@ def replay(prompts: list[list[int]], ratio: float, probes: int, tokens: int) -> 
     steps, drafted and total steps, and the lengths of the runs of drafted steps."""
     gate = DraftGate(lambda c: 1.0, lambda n, c: ratio, probes_to_resume=probes)
     seconds = made_all = 0.0
-    drafted = steps = 0
-    spells: Counter = Counter()
+    steps = 0
+    spells: Counter = Counter()  # runs of drafted steps: length -> count
     for cover in prompts:
         gate.restart()
         made, pending, spell = 0, None, 0
@@ -52,7 +52,7 @@ def replay(prompts: list[list[int]], ratio: float, probes: int, tokens: int) -> 
                 pending = None
             if draft:
                 got = cover[made] if made < len(cover) else 1
-                seconds, drafted, spell, pending = seconds + ratio, drafted + 1, spell + 1, got
+                seconds, spell, pending = seconds + ratio, spell + 1, got
             else:
                 got, seconds = 1, seconds + 1.0
                 if spell:
@@ -64,6 +64,7 @@ def replay(prompts: list[list[int]], ratio: float, probes: int, tokens: int) -> 
         if spell:
             spells[spell] += 1
         made_all += made
+    drafted = sum(length * count for length, count in spells.items())
     return {"speedup": made_all / seconds, "drafted": drafted, "steps": steps, "spells": dict(sorted(spells.items()))}
 
 

@@ -21,9 +21,9 @@ While stopped it runs AR steps and now and then one drafted step, a probe: after
 :data:`MAX_WAIT`.  A probe pays when it is as confident that drafting pays as a stop is that
 it does not: its gain less :data:`Z` spreads (one probe: the spread floor, ``T_ar``) is
 above zero.  Drafting resumes only after :data:`PROBES_TO_RESUME` probes in a row paid, each
-later one drafted as soon as the one before it is read: among the dozens of probes of a long stop a few pay by
-luck alone, and a second in a row rarely does, while text that truly turned predictable
-pays again at once.  Drafting then resumes with an empty window, since the probes that
+later one drafted as soon as the one before it is read: among the dozens of probes of a long
+stop a few pay by luck alone, and a second in a row rarely does, while text that truly turned
+predictable pays again at once.  Drafting then resumes with an empty window, since the probes that
 resumed it were picked for their luck, and the next stop starts from half the wait.
 
 These rules answer what the tiny experiment on an H100 showed at T = 1 (docs/performance.md).

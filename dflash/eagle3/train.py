@@ -293,8 +293,9 @@ def _update(args: argparse.Namespace, head: Eagle3Head, target: torch.nn.Module,
             amp: torch.dtype, ids: torch.Tensor, lr: float) -> tuple[float, list[float], list[float]]:
     """One optimiser step on windows ``ids`` [B, T] at rate ``lr``: the target's features and logits, the
     unrolled steps' losses weighted by ``weights`` [S] under ``amp`` autocast (``loss_fn``:
-    :func:`.ttt.weighted_loss`, perhaps compiled), clipped gradients.  Returns the weighted loss, each step's loss and each step's accuracy,
-    read back from the device once, after the optimiser step is queued."""
+    :func:`.ttt.weighted_loss`, perhaps compiled), clipped gradients.  Returns the weighted loss, each
+    step's loss and each step's accuracy, read back from the device once, after the optimiser step is
+    queued."""
     feats, logits = target_pass(target, ids, layer_ids)
     loss, losses, accs = loss_fn(head, feats, ids, target_view(head, logits), weights, amp)
     opt.zero_grad(set_to_none=True)
