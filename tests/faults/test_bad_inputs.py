@@ -410,6 +410,8 @@ CONFIG_CASES: dict[str, tuple[list[str] | str, list[str]]] = {
     "config: seed of the wrong type": (["seed=abc"], ["`seed` = 'abc'", "not of type 'integer'"]),
     "config: negative max_samples": ("experiments:\n  tiny:\n    datasets:\n      stdlib-heldout: {max_samples: -1}\n",
                                      ["['max_samples']` = -1"]),
+    "config: sampled_max_samples 0": ("experiments:\n  tiny:\n    sampled_max_samples: 0\n",
+                                      ["['sampled_max_samples']` = 0", "minimum of 1"]),
     "config: temperatures [abc]": ("experiments:\n  tiny:\n    temperatures: [abc]\n", ["['temperatures'][0]` = 'abc'"]),
     "config: temperatures [-1]": ("experiments:\n  tiny:\n    temperatures: [-1]\n", ["['temperatures'][0]` = -1"]),
     "config: temperatures [.nan]": ("experiments:\n  tiny:\n    temperatures: [.nan]\n", ["temperatures`: nan"]),

@@ -568,6 +568,16 @@ def get_decode_inputs(wildcards):
     return inputs
 
 
+def max_samples(dataset, temperature):
+    """How many of ``dataset``'s prompts a job at ``temperature`` decodes: the set's `max_samples`,
+    capped at T > 0 by the experiment's `sampled_max_samples` (null: no cap)."""
+    n = EXP["datasets"][dataset].get("max_samples")
+    cap = EXP.get("sampled_max_samples")
+    if float(temperature) == 0 or cap is None:
+        return n
+    return cap if n is None else min(n, cap)
+
+
 def method_knobs(dataset, temperature, method):
     """All knobs of one method's decoding, in one place so the sharded, plain and cell rules agree."""
     name, _, budget = method.partition("-b")
@@ -575,7 +585,7 @@ def method_knobs(dataset, temperature, method):
         "method": name,
         "budget": int(budget) if budget else None,
         "temperature": float(temperature),
-        "max_samples": EXP["datasets"][dataset].get("max_samples"),
+        "max_samples": max_samples(dataset, temperature),
         "max_new_tokens": EXP["max_new_tokens"],
         "n_min": N_MIN_EXP,
         "n_max": EXP.get("n_max", N_MAX),
