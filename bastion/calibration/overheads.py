@@ -82,31 +82,36 @@ def profile_baselines(decoder_for: Callable[[str], Decoder], prompt_ids: Sequenc
 
 
 # An AR step more than this fraction over the fitted one-token verification, C(1, c), is
-# measured once more.  Quietly the tiny pair's AR step came within about 12% of C(1, c) on
-# a 2-core CPU; a calibration disturbed by another process on the machine measured it about
-# 40% over (docs/performance.md, "A disturbed calibration").
-AR_MARGIN = 0.25
+# measured again, up to :data:`AR_TRIES` times in all.  In 78 calibrations of the tiny pair
+# (46 on the 2-core CPU VMs, 32 on GPUs) AR's step came out at 0.73-1.09 of C(1, c) but for
+# three disturbed ones, at 1.20, 1.25 and 1.39 times it; at 1.20, under the 1.25 this margin
+# once was, the draft gate drafted through three prompts at T = 1 (docs/performance.md, "A
+# disturbed calibration").
+AR_MARGIN = 0.12
+AR_TRIES = 3
 
 
 def settled_baselines(decoder_for: Callable[[str], Decoder], prompt_ids: Sequence[int], ar_fitted: float,
                       steps: int = 24, temperature: float = 0.0,
                       log: Callable[[str], None] = print) -> dict[str, float]:
-    """:func:`profile_baselines`, measured a second time where AR's step looks disturbed.
+    """:func:`profile_baselines`, measured again while AR's step looks disturbed.
 
     AR's step less ``ar_fitted`` (C(1, c) at the AR runs' contexts) becomes the AR excess
     that this project's draft gate charges for every token an AR step commits, so an AR
     step timed while something else ran makes every drafted step look cheap, and the gate
-    drafts where nothing pays.  Timing noise only adds time, so where AR's step exceeds
-    ``ar_fitted`` by more than :data:`AR_MARGIN` both baselines are measured again and each
-    keeps the faster of its two measurements.
+    drafts where nothing pays.  Timing noise only adds time, so while the fastest AR step
+    so far exceeds ``ar_fitted`` by more than :data:`AR_MARGIN` both baselines are measured
+    again, up to :data:`AR_TRIES` measurements, and each keeps its fastest.
     """
     baselines = profile_baselines(decoder_for, prompt_ids, steps=steps, temperature=temperature)
-    if baselines["ar"] <= (1.0 + AR_MARGIN) * ar_fitted:
-        return baselines
-    again = profile_baselines(decoder_for, prompt_ids, steps=steps, temperature=temperature)
-    log(f"[calibrate] AR's step {baselines['ar'] * 1e3:.3f} ms was over {1 + AR_MARGIN:.2f} x the fitted "
-        f"C(1) {ar_fitted * 1e3:.3f} ms; measured again: {again['ar'] * 1e3:.3f} ms")
-    return {m: min(t, again[m]) for m, t in baselines.items()}
+    for _ in range(AR_TRIES - 1):
+        if baselines["ar"] <= (1.0 + AR_MARGIN) * ar_fitted:
+            break
+        again = profile_baselines(decoder_for, prompt_ids, steps=steps, temperature=temperature)
+        log(f"[calibrate] AR's step {baselines['ar'] * 1e3:.3f} ms was over {1 + AR_MARGIN:.2f} x the fitted "
+            f"C(1) {ar_fitted * 1e3:.3f} ms; measured again: {again['ar'] * 1e3:.3f} ms")
+        baselines = {m: min(t, again[m]) for m, t in baselines.items()}
+    return baselines
 
 
 def describe_baselines(baselines: dict[str, float]) -> str:
