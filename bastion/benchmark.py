@@ -90,6 +90,9 @@ def _decoding_args(p: argparse._ArgumentGroup) -> None:
                    help="CPU threads torch computes with (default 1, as the pipeline's cpu_threads: steadier times "
                         "on a shared machine); part of a CPU calibration")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (per prompt and turn)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="decode each prompt this many times, in turn with the other methods, and keep the fastest "
+                        "decode's record (T = 0 only: a steadier time on a shared machine)")
 
 
 def _budget_args(p: argparse._ArgumentGroup) -> None:

@@ -63,6 +63,15 @@ def check_at_least(flag: str, value: int | None, low: int, fix: str = "") -> Non
         raise UsageError(f"{flag} must be >= {low}, got {value}{fix}")
 
 
+def check_repeats(repeats: int, temperature: float) -> None:
+    """``--repeats`` (decodes of each prompt, the fastest kept): at least one, and more only at T = 0."""
+    check_at_least("--repeats", repeats, 1)
+    if repeats > 1 and temperature > 0:
+        raise UsageError(
+            f"--repeats {repeats} needs --temperature 0, got {temperature}: at T > 0 bastion_plus learns its gate "
+            "and surrogate from every decode, so a second decode of a prompt is another decode; use --repeats 1")
+
+
 def check_temperature(value: float) -> None:
     """A finite temperature >= 0: NaN or infinity would reach sampling as NaN probabilities."""
     if not math.isfinite(value) or value < 0:

@@ -72,6 +72,8 @@ def run_settings(plan: Plan, drafter) -> dict[str, Any]:
     }
     if "eagle3" in run.methods:  # only then, so the run keys of runs without EAGLE-3 stay as they were
         settings["eagle3"] = [inputs.eagle3_ref, *_tree(plan)]
+    if run.repeats > 1:  # only then, so the run keys of single decodes stay as they were
+        settings["repeats"] = run.repeats
     if inputs.history is not None:  # the later turns' prompts depend on its answers (not on its path)
         settings["history"] = inputs.history.digest
     # what ran them: a partial file of another engine, dtype, device, stack, code or prompts never resumes

@@ -34,7 +34,7 @@ class DecodeRun(RunSettings):
         return self.records
 
     def prompt_steps(self, session: Session | None = None) -> Iterator[int]:
-        """:meth:`execute` one prompt at a time: yields each decoded prompt's index.
+        """:meth:`execute` one prompt at a time: yields each decoded prompt's index (``repeats`` times each).
 
         Every records file, resume and summary is as :meth:`execute` makes them (the
         records end up in ``self.records``); a cell advances several runs in turn this way
@@ -75,5 +75,5 @@ def run_from_knobs(k: dict[str, Any], models: dict[str, Any], data: str, calibra
         dataset_name=dataset_name, shard=shard, eagle3_model=models.get("eagle3"), history_from=history,
         rank_kernels=kernels["rank"], blas=kernels["blas"], drafter_layers=kernels["drafter"],
         row_kernel=kernels["row_kernel"], tile_kernel=kernels["tile_kernel"], threads=threads,
-        eagle3_tree=k.get("eagle3_tree", "auto"), eagle3_tree_file=eagle3_tree_file,
+        eagle3_tree=k.get("eagle3_tree", "auto"), eagle3_tree_file=eagle3_tree_file, repeats=k.get("repeats", 1),
     )

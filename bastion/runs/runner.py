@@ -25,7 +25,7 @@ from bastion.data.prompts import PromptBuilder
 from bastion.models import registry as models
 from bastion.progress import bar
 from bastion.results import records
-from bastion.runs import eagle3_choice
+from bastion.runs import eagle3_choice, repeats
 from bastion.runs.checks import UsageError, check_positions
 from bastion.runs.inputs import Inputs, dist
 from bastion.runs.plan import Plan, drafts, record_base, run_settings
@@ -178,7 +178,10 @@ class Runner:
     # ------------------------------------------------------------------------ decode
 
     def _decode(self, plan: Plan, loaded, engine, cal: Calibration | None) -> Iterator[int]:
-        """Every prompt of this rank's shard not already in the partial file, appended as it finishes."""
+        """Every prompt of this rank's shard not already in the partial file, appended as it finishes.
+
+        Yields after every decode: once a prompt, or ``repeats`` times (:mod:`bastion.runs.repeats`).
+        """
         run, inputs, policy = plan.run, plan.inputs, plan.policy
         if cal is not None and cal.max_s < policy.n_max:
             # never extrapolate the cost model past the largest tree it was fitted on
@@ -201,8 +204,13 @@ class Runner:
         with bar(len(todo), f"decode {'/'.join(run.methods)}", "prompt", enabled=not run.quiet and self.rank == 0) as shown:
             tokens = seconds = 0.0
             for idx in todo:
-                recs = decode_prompt(run, idx, inputs.prompts[idx], decoders, builder, stops, base,
-                                     inputs.history and inputs.history.answers)
+                decodes = []
+                for _ in range(run.repeats):
+                    if decodes:  # a cell advances its other runs between the decodes of a prompt
+                        yield idx
+                    decodes.append(decode_prompt(run, idx, inputs.prompts[idx], decoders, builder, stops, base,
+                                                 inputs.history and inputs.history.answers))
+                recs = repeats.fastest(decodes)
                 if inputs.part:
                     records.append_records(inputs.part, recs)
                 self.records.extend(recs)

@@ -34,6 +34,7 @@ from bastion.runs.checks import (
     check_eagle3_tree,
     check_model_folder,
     check_n_min,
+    check_repeats,
     check_temperature,
     check_topk,
     parse_methods,
@@ -78,6 +79,7 @@ class RunSettings:
     model_name: str | None = None
     dataset_name: str | None = None
     step_times: bool = False
+    repeats: int = 1  # decodes of each prompt, the fastest kept (T = 0 only; runs.repeats)
     seed: int = 0
     data_seed: int = DEFAULT_SEED
     shard: tuple[int, int] = (0, 1)
@@ -103,6 +105,7 @@ class RunSettings:
         check_at_least("--max-new-tokens", self.max_new_tokens, 1)
         check_at_least("--threads", self.threads, 1, " (the CPU threads torch computes with)")
         check_at_least("--max-samples", self.max_samples, 1, " (omit it to decode every prompt)")
+        check_repeats(self.repeats, self.temperature)
         if self.budget is not None and self.budget < 1:
             raise UsageError(f"--budget must be >= 1 node, got {self.budget}")
         check_at_least("--n-max", self.n_max, 1)

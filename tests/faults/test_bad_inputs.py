@@ -140,6 +140,9 @@ CASES: dict[str, Case] = {
     # --- flags
     "--max-samples 0": lambda t, s: ([*BASE, "--max-samples", "0"], ["--max-samples must be >= 1, got 0"]),
     "--max-new-tokens 0": lambda t, s: ([*BASE, "--max-new-tokens", "0"], ["--max-new-tokens must be >= 1, got 0"]),
+    "--repeats 0": lambda t, s: ([*BASE, "--repeats", "0"], ["--repeats must be >= 1, got 0"]),
+    "--repeats 2 at T = 1": lambda t, s: ([*BASE, "--repeats", "2", "--temperature", "1"],
+                                         ["--repeats 2 needs --temperature 0, got 1.0", "--repeats 1"]),
     "--max-new-tokens past the positions": lambda t, s: (
         [*BASE, "--methods", "ar", "--max-new-tokens", "100000"], ["--max-new-tokens 100000", "2048 positions"]),
     "--budget 0": lambda t, s: ([*BASE, "--methods", "bastion", "--budget", "0"], ["--budget must be >= 1 node, got 0"]),
@@ -412,6 +415,8 @@ CONFIG_CASES: dict[str, tuple[list[str] | str, list[str]]] = {
                                      ["['max_samples']` = -1"]),
     "config: sampled_max_samples 0": ("experiments:\n  tiny:\n    sampled_max_samples: 0\n",
                                       ["['sampled_max_samples']` = 0", "minimum of 1"]),
+    "config: ablation_repeats 0": ("experiments:\n  tiny:\n    ablation_repeats: 0\n",
+                                   ["['ablation_repeats']` = 0", "minimum of 1"]),
     "config: temperatures [abc]": ("experiments:\n  tiny:\n    temperatures: [abc]\n", ["['temperatures'][0]` = 'abc'"]),
     "config: temperatures [-1]": ("experiments:\n  tiny:\n    temperatures: [-1]\n", ["['temperatures'][0]` = -1"]),
     "config: temperatures [.nan]": ("experiments:\n  tiny:\n    temperatures: [.nan]\n", ["temperatures`: nan"]),

@@ -241,3 +241,26 @@ def test_the_sampled_panel_decodes_the_first_sampled_max_samples_prompts(work, t
         sampled = [n for (_, t), n in got.items() if t == 1.0]
         assert len(sampled) == 2 and all(n == {expected} for n in sampled), (cap, got)
         assert got[("decode_model", 0.0)] == {8}
+
+
+def test_the_ablation_alone_repeats_its_greedy_decodes(work, tmp_path):
+    """`ablation_repeats` reaches the ablation job's runs at T = 0 only (a second decode at T > 0 is
+    another decode), and no run of the main comparison, whose parameters it leaves as they were."""
+    both = tmp_path / "both.yaml"
+    both.write_text("experiments:\n  tiny:\n    temperatures: [0.0, 1.0]\n")
+
+    def repeats(*configfiles: str) -> dict[tuple[str, float], set]:
+        found = dag_jobs(work, "figures/speedup_table.pdf", "figures/budget_ablation.pdf",
+                         configfiles=("config.yaml", str(both), *configfiles))
+        out: dict[tuple[str, float], set] = {}
+        for job in found:
+            for knobs in job["params"].get("knobs", {}).values():
+                if isinstance(knobs, dict) and "temperature" in knobs and job["rule"].startswith("decode"):
+                    out.setdefault((job["rule"], knobs["temperature"]), set()).add(knobs.get("repeats"))
+        return out
+
+    assert repeats() == {("decode_model", 0.0): {None}, ("decode_model_sampled", 1.0): {None},
+                         ("decode_model_ablation", 0.0): {2}, ("decode_model_ablation", 1.0): {1}}
+    overlay = tmp_path / "three.yaml"
+    overlay.write_text("experiments:\n  tiny:\n    ablation_repeats: 3\n")
+    assert repeats(str(overlay))[("decode_model_ablation", 0.0)] == {3}

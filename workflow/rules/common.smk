@@ -660,12 +660,33 @@ def get_decode_model_params(wildcards, methods=None, files=decode_output):
     }
 
 
+def ablation_repeats(temperature):
+    """Decodes of each prompt in the ablation's job at ``temperature``, the fastest kept: the
+    experiment's `ablation_repeats` at T = 0 (at T > 0 a second decode is another decode).
+    """
+    return EXP.get("ablation_repeats", 1) if float(temperature) == 0 else 1
+
+
+def repeated(params, temperature):
+    """The ablation job's knobs with its repeats: a change of them reruns the ablation alone."""
+    return {
+        run: {**knobs, "repeats": ablation_repeats(temperature)}
+        for run, knobs in params.items()
+    }
+
+
 def get_ablation_cell_params(wildcards):
-    return get_decode_cell_params(wildcards, ABLATION_RUNS, ablation_output)
+    return repeated(
+        get_decode_cell_params(wildcards, ABLATION_RUNS, ablation_output),
+        wildcards.temperature,
+    )
 
 
 def get_ablation_model_params(wildcards):
-    return get_decode_model_params(wildcards, ABLATION_RUNS, ablation_output)
+    return repeated(
+        get_decode_model_params(wildcards, ABLATION_RUNS, ablation_output),
+        wildcards.temperature,
+    )
 
 
 # The decode rules, one dict each: decode.smk makes them all with one rule block, so
