@@ -213,23 +213,24 @@ def test_every_job_gets_the_kernels_and_threads_and_a_gpu_only_choice_changes_no
     assert {r: j["params"] for r, j in scaled.items()} == {r: j["params"] for r, j in default.items()}
 
 
+def decode_knob(work, tmp_path, name: str, *configfiles: str) -> dict[tuple[str, float], set]:
+    """Knob ``name`` of every run of the decode jobs (main and ablation) at T = 0 and 1, by (rule, temperature)."""
+    both = tmp_path / "both.yaml"  # the copy decodes at T = 0 alone (tests/support/pipeline_support.py)
+    both.write_text("experiments:\n  tiny:\n    temperatures: [0.0, 1.0]\n")
+    found = dag_jobs(work, "figures/speedup_table.pdf", "figures/budget_ablation.pdf",
+                     configfiles=("config.yaml", str(both), *configfiles))
+    out: dict[tuple[str, float], set] = {}
+    for job in found:
+        if job["rule"].startswith("decode"):
+            for knobs in job["params"]["knobs"].values():
+                out.setdefault((job["rule"], knobs["temperature"]), set()).add(knobs.get(name))
+    return out
+
+
 def test_the_sampled_panel_decodes_the_first_sampled_max_samples_prompts(work, tmp_path):
     """`sampled_max_samples` caps the prompts of every T > 0 run, the ablation's included, and no
     T = 0 run; null (or a cap above a set's own count) leaves the set's `max_samples`."""
-    both = tmp_path / "both.yaml"  # the copy decodes at T = 0 alone (tests/support/pipeline_support.py)
-    both.write_text("experiments:\n  tiny:\n    temperatures: [0.0, 1.0]\n")
-
-    def counts(*configfiles: str) -> dict[tuple[str, float], set]:
-        found = dag_jobs(work, "figures/speedup_table.pdf", "figures/budget_ablation.pdf",
-                         configfiles=("config.yaml", str(both), *configfiles))
-        out: dict[tuple[str, float], set] = {}
-        for job in found:
-            for knobs in job["params"].get("knobs", {}).values():
-                if isinstance(knobs, dict) and "max_samples" in knobs:
-                    out.setdefault((job["rule"], knobs["temperature"]), set()).add(knobs["max_samples"])
-        return out
-
-    default = counts()
+    default = decode_knob(work, tmp_path, "max_samples")
     assert {key: n for key, n in default.items() if key[1] == 0.0} == {
         ("decode_model", 0.0): {8}, ("decode_model_ablation", 0.0): {8}}
     assert {key: n for key, n in default.items() if key[1] == 1.0} == {
@@ -237,7 +238,7 @@ def test_the_sampled_panel_decodes_the_first_sampled_max_samples_prompts(work, t
     for cap, expected in (("null", 8), ("20", 8), ("3", 3)):
         overlay = tmp_path / f"cap{cap}.yaml"
         overlay.write_text(f"experiments:\n  tiny:\n    sampled_max_samples: {cap}\n")
-        got = counts(str(overlay))
+        got = decode_knob(work, tmp_path, "max_samples", str(overlay))
         sampled = [n for (_, t), n in got.items() if t == 1.0]
         assert len(sampled) == 2 and all(n == {expected} for n in sampled), (cap, got)
         assert got[("decode_model", 0.0)] == {8}
@@ -246,21 +247,9 @@ def test_the_sampled_panel_decodes_the_first_sampled_max_samples_prompts(work, t
 def test_the_ablation_alone_repeats_its_greedy_decodes(work, tmp_path):
     """`ablation_repeats` reaches the ablation job's runs at T = 0 only (a second decode at T > 0 is
     another decode), and no run of the main comparison, whose parameters it leaves as they were."""
-    both = tmp_path / "both.yaml"
-    both.write_text("experiments:\n  tiny:\n    temperatures: [0.0, 1.0]\n")
-
-    def repeats(*configfiles: str) -> dict[tuple[str, float], set]:
-        found = dag_jobs(work, "figures/speedup_table.pdf", "figures/budget_ablation.pdf",
-                         configfiles=("config.yaml", str(both), *configfiles))
-        out: dict[tuple[str, float], set] = {}
-        for job in found:
-            for knobs in job["params"].get("knobs", {}).values():
-                if isinstance(knobs, dict) and "temperature" in knobs and job["rule"].startswith("decode"):
-                    out.setdefault((job["rule"], knobs["temperature"]), set()).add(knobs.get("repeats"))
-        return out
-
-    assert repeats() == {("decode_model", 0.0): {None}, ("decode_model_sampled", 1.0): {None},
-                         ("decode_model_ablation", 0.0): {2}, ("decode_model_ablation", 1.0): {1}}
+    assert decode_knob(work, tmp_path, "repeats") == {
+        ("decode_model", 0.0): {None}, ("decode_model_sampled", 1.0): {None},
+        ("decode_model_ablation", 0.0): {2}, ("decode_model_ablation", 1.0): {1}}
     overlay = tmp_path / "three.yaml"
     overlay.write_text("experiments:\n  tiny:\n    ablation_repeats: 3\n")
-    assert repeats(str(overlay))[("decode_model_ablation", 0.0)] == {3}
+    assert decode_knob(work, tmp_path, "repeats", str(overlay))[("decode_model_ablation", 0.0)] == {3}
