@@ -20,7 +20,7 @@ import torch
 from bastion.engines import tree_attention_kernel as K
 from bastion.engines.static_attention import grouped_attention
 from bastion.engines.static_layers import COMPILED_MATMUL_ROWS, compile_step_function
-from benchmarks.tree_phase import graph_us
+from benchmarks.graph_timing import graph_us
 
 LAYERS, HQ, HKV, D = 36, 32, 8, 128
 

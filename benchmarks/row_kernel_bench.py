@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from bastion.engines.row_kernels import row_linear, row_qkv
 from bastion.engines.static_layers import after_qkv
 from benchmarks.kernel_bench import EPS, fastest, finish_row, references
-from benchmarks.tree_phase import graph_us  # µs a replay of a function captured in a CUDA graph
+from benchmarks.graph_timing import graph_us  # µs a replay of a function captured in a CUDA graph
 
 H, I, HEAD, Q, KV, L = 4096, 12288, 151936, 4096, 1024, 36
 # name: (N, K, fusion, distinct weights)

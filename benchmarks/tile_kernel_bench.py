@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from bastion.engines.tile_kernels import default_setting, rms_rows, rows_bucket, tile_linear
 from benchmarks.kernel_bench import EPS, fastest, finish_row, references
-from benchmarks.tree_phase import graph_us  # µs a replay of a function captured in a CUDA graph
+from benchmarks.graph_timing import graph_us  # µs a replay of a function captured in a CUDA graph
 
 H, I, Q, KV, L = 4096, 12288, 4096, 1024, 36
 # name: (weight rows, K, fusion)

@@ -25,106 +25,10 @@ from bastion.engines.static_decoder import StaticDecoder
 from bastion.engines.static_engine import StaticEngine
 from bastion.models.target import Target
 from bastion.speculative.policy import TreePolicy
+from benchmarks.flex_tree import flex_blocks, flex_tree_attention
+from benchmarks.graph_timing import graph_us, kernels, replay_us
 from benchmarks.shapes import random_pair
 from benchmarks.static_engine import Report, event_medians, section_ar, section_overhead
-
-# Block size of the FlexAttention block mask (a multiple of the kernel's tiles).
-FLEX_BLOCK = 128
-
-
-def flex_blocks(s: int, kv: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Block-mask tables that list every (query block, key block) pair as partial.
-
-    A tree's block structure changes from step to step (the live length moves within the
-    window, the tree's shape differs) while a captured graph replays fixed tensors; with
-    every block partial, the mask tensor alone decides, so one table serves every step of
-    a shape.  Returns ``kv_num_blocks`` [1, 1, Qb] and ``kv_indices`` [1, 1, Qb, Kb].
-    """
-    qb, kb = -(-s // FLEX_BLOCK), -(-kv // FLEX_BLOCK)
-    num = torch.full((1, 1, qb), kb, dtype=torch.int32, device=device)
-    idx = torch.arange(kb, dtype=torch.int32, device=device).repeat(1, 1, qb, 1)
-    return num, idx
-
-
-def flex_tree_attention(query, key, value, mask, scale: float, blocks: tuple[torch.Tensor, torch.Tensor]):
-    """Masked attention as :func:`grouped_attention` computes it, through FlexAttention.
-
-    A candidate for large trees (one flash-style kernel reading the boolean mask tile by
-    tile, where SDPA given a mask runs its memory-efficient kernel with the mask as a
-    bias); measured slower than SDPA on the H200, so the engine does not use it.
-    query [1, Hq, s, D], key/value [1, Hkv, kv, D], mask [1, 1, s, kv] -> [1, s, Hq, D].
-    """
-    from torch.nn.attention.flex_attention import BlockMask, flex_attention
-
-    allowed = mask[0, 0]  # [s, kv]
-    s, kv = allowed.shape
-
-    def keep(b, h, q_idx, kv_idx):
-        return allowed[q_idx, kv_idx]
-
-    block_mask = BlockMask.from_kv_blocks(*blocks, BLOCK_SIZE=FLEX_BLOCK, mask_mod=keep, seq_lengths=(s, kv),
-                                          compute_q_blocks=False)
-    out = flex_attention(query, key, value, block_mask=block_mask, scale=scale, enable_gqa=True)  # [1, Hq, s, D]
-    return out.transpose(1, 2).contiguous()
-
-
-def graph_us(fn, iters: int = 50, restore=()) -> float:
-    """GPU microseconds per replay of ``fn`` captured in a CUDA graph (``restore``: state to reset).
-
-    On a CPU (smoke runs) the plain call is timed instead.
-    """
-    saved = [t.clone() for t in restore]
-    if not torch.cuda.is_available():
-        t0 = time.perf_counter()
-        for _ in range(3):
-            fn()
-        for t, s in zip(restore, saved):
-            t.copy_(s)
-        return round(1e6 * (time.perf_counter() - t0) / 3, 1)
-    runner = GraphRunner(torch.device("cuda"), warmup=3)  # the engine's own capture: warm-up, state restored
-    runner("fn", fn, writes=restore)
-    us = replay_us(runner.graphs["fn"], iters)
-    for t, s in zip(restore, saved):
-        t.copy_(s)
-    return us
-
-
-def replay_us(graph, iters: int, restore=()) -> float:
-    """GPU microseconds per replay of an already captured CUDA graph (``restore``: state to reset)."""
-    saved = [t.clone() for t in restore]
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    for t, s in zip(restore, saved):
-        t.copy_(s)
-    return round(1e3 * start.elapsed_time(end) / iters, 1)
-
-
-def kernels(fn) -> list[dict]:
-    """Kernel names, counts and GPU time of one graph replay of ``fn`` (after warm-up)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    gpu = torch.cuda.is_available()
-    sync = torch.cuda.synchronize if gpu else (lambda: None)
-    for _ in range(2):
-        fn()
-    sync()
-    with profile(activities=[ProfilerActivity.CUDA if gpu else ProfilerActivity.CPU]) as prof:
-        fn()
-        sync()
-    rows = []
-    for e in prof.key_averages():
-        t = (getattr(e, "device_time_total", 0) or getattr(e, "cuda_time_total", 0)) if gpu else e.self_cpu_time_total
-        if t > 0 and e.count > 0:
-            rows.append({"kernel": e.key[:90], "count": e.count, "us": round(t, 1)})
-    rows.sort(key=lambda r: -r["us"])
-    return rows
-
 
 def section_phases(rep, engine, prompt, nodes: int) -> None:
     """Replay every captured graph of a ``nodes``-node BASTION step, of the DFlash chain and of AR."""

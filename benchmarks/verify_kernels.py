@@ -23,7 +23,7 @@ from bastion.models.target import Target
 from bastion.speculative import fused
 from bastion.speculative.policy import TreePolicy
 from benchmarks.shapes import random_pair
-from benchmarks.tree_phase import kernels, replay_us
+from benchmarks.graph_timing import kernels, replay_us
 
 
 def sequence(graph) -> list[tuple[str, float]]:
