@@ -25,13 +25,15 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from tools.tiny_pair.target_data import WindowSampler, load_split, pack
+from tools.tiny_pair.target_model import build_model, evaluate, lm_loss
 
 SPLITS = ("train", "valid", "heldout")
 
@@ -77,137 +79,6 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--bench-steps", type=int, default=10)
     g.add_argument("--no-progress", action="store_true")
     return p
-
-
-# ----------------------------------------------------------------------------- data
-
-
-def _fingerprint(text_path: Path, tokenizer_dir: Path) -> str:
-    """Identify a (text, tokenizer) pair so a stale token cache is never reused."""
-    h = hashlib.sha256()
-    st = text_path.stat()
-    h.update(f"{text_path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode())
-    tok = tokenizer_dir / "tokenizer.json"
-    if tok.exists():
-        h.update(tok.read_bytes())
-    return h.hexdigest()[:16]
-
-
-def load_split(corpus: Path, split: str, tokenizer, tokenizer_dir: Path, cache_dir: Path):
-    """Token ids of one split as int32 numpy (cached in ``cache_dir``)."""
-    import numpy as np
-
-    from dflash.train_data import tokenize_text
-
-    src = corpus / f"{split}.txt"
-    if not src.is_file():
-        raise FileNotFoundError(f"{src} is missing: the corpus folder needs train.txt, valid.txt and heldout.txt")
-    cache = cache_dir / f"{split}.npy"
-    meta = cache_dir / f"{split}.json"
-    fp = _fingerprint(src, tokenizer_dir)
-    if cache.exists() and meta.exists() and json.loads(meta.read_text()).get("fingerprint") == fp:
-        return np.load(cache)
-    ids = tokenize_text(src.read_text(encoding="utf-8"), tokenizer).astype(np.int32)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    np.save(cache, ids)
-    meta.write_text(json.dumps({"fingerprint": fp, "tokens": int(len(ids)), "source": str(src)}) + "\n")
-    return ids
-
-
-def pack(ids, seq_len: int):
-    """Flat ids -> LongTensor [N, T] of non-overlapping windows (the tail is dropped)."""
-    import torch
-
-    n = len(ids) // seq_len
-    if n == 0:
-        raise ValueError(f"only {len(ids)} tokens: not one window of --seq-len {seq_len}")
-    return torch.from_numpy(ids[: n * seq_len].astype("int64")).view(n, seq_len)
-
-
-class WindowSampler:
-    """Random windows without replacement within an epoch (every window once per epoch)."""
-
-    def __init__(self, n: int, seed: int) -> None:
-        import torch
-
-        self.n = n
-        self.gen = torch.Generator().manual_seed(seed)
-        self.order = torch.randperm(n, generator=self.gen)
-        self.pos = 0
-        self.epoch = 0
-
-    def take(self, k: int):
-        import torch
-
-        parts = []
-        while k > 0:
-            if self.pos == self.n:
-                self.order, self.pos = torch.randperm(self.n, generator=self.gen), 0
-                self.epoch += 1
-            m = min(k, self.n - self.pos)
-            parts.append(self.order[self.pos : self.pos + m])
-            self.pos += m
-            k -= m
-        return torch.cat(parts)
-
-
-# ----------------------------------------------------------------------------- model
-
-
-def build_model(args, vocab_size: int, eos_id: int):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    cfg = Qwen3Config(
-        vocab_size=vocab_size,
-        hidden_size=args.hidden_size,
-        intermediate_size=args.intermediate_size,
-        num_hidden_layers=args.layers,
-        num_attention_heads=args.heads,
-        num_key_value_heads=args.kv_heads,
-        head_dim=args.head_dim,
-        max_position_embeddings=args.max_position_embeddings,
-        rope_parameters={"rope_type": "default", "rope_theta": args.rope_theta},
-        rms_norm_eps=args.rms_norm_eps,
-        tie_word_embeddings=True,
-        eos_token_id=eos_id,
-        pad_token_id=eos_id,
-        use_cache=True,
-    )
-    return Qwen3ForCausalLM(cfg)
-
-
-def lm_loss(model, ids):
-    """Mean next-token cross-entropy of ``ids`` [B, T] (fp32 logits)."""
-    import torch.nn.functional as F
-
-    logits = model(input_ids=ids, use_cache=False).logits  # [B, T, V]
-    return F.cross_entropy(logits[:, :-1].float().flatten(0, 1), ids[:, 1:].flatten())
-
-
-def evaluate(model, windows, batch_size: int, device, autocast, max_tokens: int = 0) -> float:
-    """Mean token NLL over ``windows`` [N, T] (evenly strided subset when capped)."""
-    import torch
-
-    n = windows.shape[0]
-    if max_tokens:
-        keep = max(1, min(n, max_tokens // windows.shape[1]))
-        windows = windows[torch.linspace(0, n - 1, keep).long()]
-    was_training = model.training
-    model.eval()
-    total, count = 0.0, 0
-    with torch.no_grad():
-        for i in range(0, windows.shape[0], batch_size):
-            ids = windows[i : i + batch_size].to(device)
-            with autocast():
-                loss = lm_loss(model, ids)
-            k = ids.shape[0] * (ids.shape[1] - 1)
-            total += float(loss) * k
-            count += k
-    model.train(was_training)
-    return total / max(count, 1)
-
-
-# ----------------------------------------------------------------------------- main
 
 
 def _table(rows: list[tuple[str, str]]) -> None:
