@@ -10,6 +10,7 @@ import hashlib
 import json
 from pathlib import Path
 
+
 def _fingerprint(text_path: Path, tokenizer_dir: Path) -> str:
     """Identify a (text, tokenizer) pair so a stale token cache is never reused."""
     h = hashlib.sha256()

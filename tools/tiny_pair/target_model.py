@@ -6,6 +6,7 @@ would a published checkpoint; only its size comes from the command line.
 
 from __future__ import annotations
 
+
 def build_model(args, vocab_size: int, eos_id: int):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
