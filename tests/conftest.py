@@ -47,10 +47,15 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     class ModuleUnits(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return "shared pipeline run and cluster" if module in SHARED_MODULES else module
+            return work_unit(nodeid)
 
     return ModuleUnits(config, log)
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit of work a test goes to a worker in: its module, or the shared modules' one unit."""
+    module = nodeid.split("::", 1)[0]
+    return "shared pipeline run and cluster" if module in SHARED_MODULES else module
 
 
 def _module(item: pytest.Item) -> str:
