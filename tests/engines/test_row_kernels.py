@@ -118,8 +118,10 @@ from bastion.models.target import Target
 from bastion.speculative.policy import TreePolicy
 from tests.support.builders import tiny_drafter, tiny_target
 
+dev = "cuda" if torch.cuda.is_available() else "cpu"  # compiled kernels on a GPU's tensors, else interpreted
 model = tiny_target("qwen3", seed=11, scale=3.0, layers=3)
-target, drafter = Target(model), tiny_drafter(model, block_size=6, seed=8)
+drafter = tiny_drafter(model, block_size=6, seed=8).to(dev)
+target = Target(model.to(dev))
 engine = StaticEngine(target, drafter, max_context=96, n_max=16)
 fused = FusedLayers(target, compile=False, columns=False)  # the kernels read rows
 calls = []
