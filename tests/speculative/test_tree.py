@@ -1,9 +1,9 @@
-"""Draft-tree construction, compiled tree buffers and lossless acceptance.
+"""Draft-tree construction and the compiled tree buffers (acceptance: test_accept.py).
 
 The vectorised builder (``build_tree``) is checked against the literal best-first heap
 (``build_tree_heap``) and against brute-force definitions written here: top-n of all
-paths, the adaptive stopping rule of the tree.py docstring, the ancestor matrix walked
-parent by parent, and a plain Python acceptance walk.
+paths, the adaptive stopping rule of the tree.py docstring, and the ancestor matrix walked
+parent by parent.
 """
 
 from __future__ import annotations
@@ -15,12 +15,8 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
-from hypothesis import strategies as st
-from scipy.stats import chisquare
 
-from bastion.speculative.accept import accept, propose
 from bastion.speculative.path_rank import top_paths
-from bastion.speculative.policy import ROUNDINGS
 from bastion.speculative.tree import (
     Tree,
     TreePolicy,
@@ -30,59 +26,9 @@ from bastion.speculative.tree import (
     chain_tree,
     root_tree,
 )
+from tests.support.tree_cases import HAND_DEPTHS, build, cases, cost_curve, draft_logprobs, hand_tree
 
 FAST = settings(max_examples=150, deadline=None, derandomize=True)
-
-
-# ---------------------------------------------------------------------------------------
-# generators
-
-
-def _draft_logprobs(seed: int, d: int, v: int, scale: float) -> torch.Tensor:
-    """Continuous random log-probabilities [D, V] (no ties with probability one)."""
-    g = torch.Generator().manual_seed(seed)
-    return torch.log_softmax(torch.randn(d, v, generator=g, dtype=torch.float32) * scale, dim=-1)
-
-
-def _cost_curve(seed: int, n_max: int) -> tuple[torch.Tensor, float]:
-    """A random non-decreasing C(n) for n = 0..n_max+1 (float32, like CostModel.curve) and T_fixed."""
-    rng = np.random.default_rng(seed)
-    intercept = 10 ** rng.uniform(-3, 0)
-    step = 10 ** rng.uniform(-5, -1)
-    incr = rng.exponential(step, n_max + 1) * (rng.random(n_max + 1) < rng.uniform(0.2, 1.0))
-    curve = np.concatenate([[0.0], intercept + np.cumsum(incr)])
-    fixed = 0.0 if rng.random() < 0.2 else float(10 ** rng.uniform(-3, 0))
-    return torch.tensor(curve, dtype=torch.float32), fixed
-
-
-@st.composite
-def cases(draw, max_d: int = 7, max_v: int = 40, force_full_topk: bool = False, adaptive=None, rounding="any"):
-    seed = draw(st.integers(0, 2**31 - 1))
-    d = draw(st.integers(1, max_d))
-    v = draw(st.integers(2, max_v))
-    scale = draw(st.floats(0.3, 4.0))
-    topk = v if force_full_topk else draw(st.integers(1, min(v, 128)))
-    is_adaptive = draw(st.booleans()) if adaptive is None else adaptive
-    use_rounding = draw(st.sampled_from(ROUNDINGS)) if rounding == "any" else rounding
-    curve, fixed = None, 0.0
-    if is_adaptive:
-        n_min = draw(st.integers(1, 16))
-        n_max = draw(st.integers(n_min, 120))
-        policy = TreePolicy(n_min=n_min, n_max=n_max, topk=topk, rounding=use_rounding)
-        curve, fixed = _cost_curve(seed + 1, n_max)
-        limit = n_max
-    else:
-        budget = draw(st.integers(1, 80))
-        policy = TreePolicy(topk=topk, rounding=use_rounding, budget=budget)
-        limit = budget
-    hint = draw(st.none() | st.integers(1, limit))
-    root = draw(st.integers(0, v - 1))
-    return dict(logq=_draft_logprobs(seed, d, v, scale), policy=policy, curve=curve, fixed=fixed, hint=hint, root=root)
-
-
-def _build(case, hint=None) -> Tree:
-    return build_tree(torch.tensor(case["root"]), case["logq"], case["policy"], case["curve"], case["fixed"],
-                      search_hint=hint)
 
 
 # ---------------------------------------------------------------------------------------
@@ -150,8 +96,8 @@ def _rule(n: int, p: float, big_p: float, curve: list[float], fixed: float, n_mi
 @given(cases())
 def test_vectorised_equals_heap(case):
     tokens, parents = build_tree_heap(case["root"], case["logq"], case["policy"], case["curve"], case["fixed"])
-    plain = _build(case)
-    hinted = _build(case, case["hint"])
+    plain = build(case)
+    hinted = build(case, case["hint"])
     assert plain.tokens.tolist() == tokens
     assert plain.parents.tolist() == parents
     assert hinted.tokens.tolist() == tokens
@@ -161,7 +107,7 @@ def test_vectorised_equals_heap(case):
 @FAST
 @given(cases())
 def test_tree_invariants(case):
-    tree = _build(case, case["hint"])
+    tree = build(case, case["hint"])
     logq, policy = case["logq"], case["policy"]
     d_max, v = logq.shape
     n = tree.size
@@ -211,7 +157,7 @@ def test_tree_invariants(case):
 @given(cases(max_d=3, max_v=6, force_full_topk=True))
 def test_kept_nodes_are_the_top_paths(case):
     """Brute force: the kept non-root nodes are the n-1 most probable of ALL paths."""
-    tree = _build(case, case["hint"])
+    tree = build(case, case["hint"])
     logq = case["logq"].double()
     d_max, v = logq.shape
     all_paths = []
@@ -231,7 +177,7 @@ def test_kept_nodes_are_the_top_paths(case):
 @given(cases(adaptive=True, rounding=None))
 def test_adaptive_rule_holds_then_fails(case):
     """Unbucketed adaptive size n: the rule admitted every node and rejects the next candidate."""
-    tree = _build(case, case["hint"])
+    tree = build(case, case["hint"])
     policy, logq, fixed = case["policy"], case["logq"], case["fixed"]
     curve = case["curve"].double().tolist()
     n = tree.size
@@ -256,7 +202,7 @@ def test_adaptive_rule_holds_then_fails(case):
 
 @pytest.mark.parametrize("rounding", ["down", "best-neighbour"])
 def test_bucketing_rounds_adaptive_size_down(rounding):
-    logq = _draft_logprobs(7, 5, 20, 1.0)
+    logq = draft_logprobs(7, 5, 20, 1.0)
     curve = 1.0 + 1e-12 * torch.arange(52, dtype=torch.float64)  # nearly flat: every candidate helps
     curve[0] = 0.0
     free = build_tree(torch.tensor(0), logq, TreePolicy(n_min=8, n_max=50, rounding=None), curve, 0.01)
@@ -281,12 +227,12 @@ def test_the_rounding_of_the_count(rounding):
     ups = downs = 0
     for seed in range(150):
         n_min, n_max = (8, 16)[seed % 2], 64 + seed % 50
-        logq = _draft_logprobs(seed, 6, 30, 0.5 + (seed % 7) / 2)
-        curve, fixed = _cost_curve(seed + 1000, n_max)
-        free = _build(dict(root=0, logq=logq, policy=TreePolicy(n_min=n_min, n_max=n_max, rounding=None), curve=curve,
+        logq = draft_logprobs(seed, 6, 30, 0.5 + (seed % 7) / 2)
+        curve, fixed = cost_curve(seed + 1000, n_max)
+        free = build(dict(root=0, logq=logq, policy=TreePolicy(n_min=n_min, n_max=n_max, rounding=None), curve=curve,
                            fixed=fixed))
         policy = TreePolicy(n_min=n_min, n_max=n_max, rounding=rounding)
-        tree = _build(dict(root=0, logq=logq, policy=policy, curve=curve, fixed=fixed), hint=seed % 40 + 1)
+        tree = build(dict(root=0, logq=logq, policy=policy, curve=curve, fixed=fixed), hint=seed % 40 + 1)
         logp = top_paths(logq.topk(min(policy.topk, 30), dim=-1).values, n_max - 1)[0].double()
         total = torch.cat([torch.ones(1, dtype=torch.float64), logp.exp()]).cumsum(0)  # P(k) = total[k - 1]
         c = curve.double()
@@ -310,9 +256,9 @@ def test_the_policy_names_an_unknown_rounding():
         TreePolicy(rounding="up")
 
 
-def test_adaptive_tree_needs_a_cost_curve():
+def test_adaptive_tree_needs_acost_curve():
     with pytest.raises(ValueError, match="cost curve"):
-        build_tree(torch.tensor(0), _draft_logprobs(0, 3, 5, 1.0), TreePolicy())
+        build_tree(torch.tensor(0), draft_logprobs(0, 3, 5, 1.0), TreePolicy())
 
 
 @pytest.mark.parametrize(
@@ -347,27 +293,8 @@ def test_root_tree():
     assert tree.tokens.dtype == torch.long
 
 
-# node: 0    1    2    3    4    5    6    7
-# tok:  5    3    7    4    9    2    8    1
-# par: -1    0    0    1    1    3    2    6
-#                root(5)
-#              /        \
-#           1(3)        2(7)
-#          /    \          \
-#       3(4)    4(9)      6(8)
-#        |                  |
-#       5(2)               7(1)
-HAND_TOKENS = [5, 3, 7, 4, 9, 2, 8, 1]
-HAND_PARENTS = [-1, 0, 0, 1, 1, 3, 2, 6]
-HAND_DEPTHS = [0, 1, 1, 2, 2, 3, 2, 3]
-
-
-def _hand_tree() -> Tree:
-    return Tree.from_parents(torch.tensor(HAND_TOKENS), torch.tensor(HAND_PARENTS), max_depth=3)
-
-
 def test_ancestor_matrix_hand_made():
-    tree = _hand_tree()
+    tree = hand_tree()
     assert tree.depths.tolist() == HAND_DEPTHS
     rows = {i: set(torch.nonzero(tree.ancestors[i]).flatten().tolist()) for i in range(8)}
     assert rows == {0: {0}, 1: {0, 1}, 2: {0, 2}, 3: {0, 1, 3}, 4: {0, 1, 4}, 5: {0, 1, 3, 5}, 6: {0, 2, 6},
@@ -384,124 +311,6 @@ def test_ancestor_matrix_children_before_parents():
     depths, anc = ancestor_matrix(parents, 3)
     assert depths.tolist() == [0, 3, 1, 2]
     assert torch.equal(anc, _expected_ancestors(parents.tolist()))
-
-
-def _props(assign: dict[int, int], fill: int = 19) -> torch.Tensor:
-    """Proposals per node; unassigned nodes propose a token that no child carries."""
-    p = torch.full((8,), fill, dtype=torch.long)
-    for i, t in assign.items():
-        p[i] = t
-    return p
-
-
-@pytest.mark.parametrize(
-    "assign, count, path, bonus",
-    [
-        # depth-3 path 0 -> 1 -> 3 -> 5; the bonus is the proposal at node 5
-        ({0: 3, 1: 4, 3: 2, 5: 11}, 3, [0, 1, 3, 5], 11),
-        # mismatch at depth 1: nothing accepted, although deeper nodes would match their parents
-        ({0: 12, 1: 4, 3: 2, 2: 8}, 0, [0], 12),
-        # the second child of the root, then down that branch
-        ({0: 7, 2: 8, 6: 1, 7: 15, 1: 4}, 3, [0, 2, 6, 7], 15),
-        # the second child at depth 2
-        ({0: 3, 1: 9, 4: 6, 3: 2}, 2, [0, 1, 4], 6),
-        # stop in the middle of a path
-        ({0: 3, 1: 4, 3: 13}, 2, [0, 1, 3], 13),
-    ],
-)
-def test_accept_hand_made(assign, count, path, bonus):
-    tree = _hand_tree()
-    proposals = _props(assign)
-    order, got = accept(tree, proposals)
-    c = int(got)
-    assert c == count
-    assert order[: c + 1].tolist() == path
-    assert int(proposals[order[c]]) == bonus
-    assert order.shape == (8,) and all(0 <= i < 8 for i in order.tolist())  # past the path: valid node indices
-    assert [tree.depths[i].item() for i in order[: c + 1]] == list(range(c + 1))
-
-
-def _walk(tree: Tree, proposals: list[int]) -> list[int]:
-    """Plain acceptance walk: follow the child carrying the proposal until none does."""
-    path, node = [0], 0
-    while True:
-        nxt = [j for j in range(tree.size) if tree.parents[j].item() == node and tree.tokens[j].item() == proposals[node]]
-        if not nxt:
-            return path
-        node = nxt[0]
-        path.append(node)
-
-
-@settings(max_examples=100, deadline=None, derandomize=True)
-@given(cases(max_v=8), st.integers(0, 2**31 - 1), st.floats(0.0, 1.0))
-def test_accept_matches_walk_on_built_trees(case, seed, follow):
-    """Random proposals that often follow some child: vectorised accept == the plain walk."""
-    tree = _build(case)
-    rng = np.random.default_rng(seed)
-    v = case["logq"].shape[1]
-    kids = {i: [tree.tokens[j].item() for j in range(tree.size) if tree.parents[j].item() == i] for i in range(tree.size)}
-    proposals = []
-    for i in range(tree.size):
-        if kids[i] and rng.random() < follow:
-            proposals.append(int(rng.choice(kids[i])))
-        else:
-            proposals.append(int(rng.integers(0, v)))
-    order, count = accept(tree, torch.tensor(proposals))
-    path = _walk(tree, proposals)
-    assert int(count) == len(path) - 1
-    assert order[: len(path)].tolist() == path
-
-
-# ---------------------------------------------------------------------------------------
-# proposals
-
-
-@pytest.mark.parametrize("temperature", [0.5, 1.0, 2.0])
-def test_propose_samples_softmax(temperature):
-    g = torch.Generator().manual_seed(1234)
-    row = torch.randn(8, generator=g) * 1.5
-    rows = 20000
-    out = propose(row.expand(rows, -1).contiguous(), temperature, torch.Generator().manual_seed(99))
-    assert out.shape == (rows,) and out.dtype == torch.long
-    counts = torch.bincount(out, minlength=8).double().numpy()
-    expected = torch.softmax(row.double() / temperature, dim=-1).numpy() * rows
-    assert chisquare(counts, expected).pvalue > 1e-4
-    # the temperature matters: the T=1 distribution is rejected unless T == 1
-    if temperature != 1.0:
-        other = torch.softmax(row.double(), dim=-1).numpy() * rows
-        assert chisquare(counts, other).pvalue < 1e-4
-
-
-def test_propose_rows_are_independent_samples():
-    """Each row is its own draw: a uniform row gives distinct tokens across many rows."""
-    out = propose(torch.zeros(4000, 4), 1.0, torch.Generator().manual_seed(3))
-    counts = torch.bincount(out, minlength=4).double().numpy()
-    assert chisquare(counts).pvalue > 1e-4
-
-
-def test_propose_never_draws_a_token_of_probability_zero():
-    logits = torch.full((30000, 7), float("-inf"))
-    logits[:, 0], logits[:, 3], logits[:, 5] = 0.5, 0.0, -1.0  # the first and last tokens, and 1, 2, 4 and 6: none
-    out = propose(logits, 1.0, torch.Generator().manual_seed(5))
-    counts = torch.bincount(out, minlength=7)
-    assert counts[[1, 2, 4, 6]].sum() == 0
-    expected = torch.softmax(logits[0].double(), dim=-1)[[0, 3, 5]].numpy() * out.numel()
-    assert chisquare(counts[[0, 3, 5]].double().numpy(), expected).pvalue > 1e-4
-
-
-@pytest.mark.parametrize("uniform, token", [(0.0, 1), (1 - 2**-53, 2)])
-def test_propose_at_the_ends_of_the_uniform_draws_a_token_that_can_be_drawn(monkeypatch, uniform, token):
-    """The smallest and the largest uniform land on the first and the last token of nonzero
-    probability: never on a zero one at either end, never past the vocabulary."""
-    logits = torch.tensor([[float("-inf"), 0.0, 0.0, float("-inf")]])
-    monkeypatch.setattr(torch, "rand", lambda *a, **kw: torch.full((1, 1), uniform, dtype=torch.float64))
-    assert propose(logits, 1.0).tolist() == [token]
-
-
-def test_propose_greedy_is_argmax():
-    logits = torch.randn(50, 30, generator=torch.Generator().manual_seed(0))
-    assert torch.equal(propose(logits, 0.0), logits.argmax(dim=-1))
-    assert torch.equal(propose(logits, 0.0, torch.Generator().manual_seed(1)), logits.argmax(dim=-1))
 
 
 # ---------------------------------------------------------------------------------------
@@ -523,7 +332,7 @@ def test_tied_inputs_give_identical_trees(seed, rank, monkeypatch):
         monkeypatch.setenv("BASTION_RANK", "torch")
     d, v = 3 + seed % 4, 6 + seed % 5
     logq = _tied_logprobs(seed, d, v)
-    curve, fixed = _cost_curve(seed, 96)
+    curve, fixed = cost_curve(seed, 96)
     policies = [TreePolicy(budget=b, rounding=None) for b in (5, 17, 40, 96)]
     policies += [TreePolicy(n_min=n_min, n_max=96, rounding=None) for n_min in (1, 4, 16)]
     for policy in policies:
