@@ -63,4 +63,6 @@ def _module(item: pytest.Item) -> str:
 
 
 def _shares_run(item: pytest.Item) -> bool:
-    return "tiny_run" in getattr(item, "fixturenames", ()) or item.get_closest_marker("slurm") is not None
+    """Whether the test uses the shared pipeline run or the SLURM cluster (its fixture or its mark)."""
+    names = getattr(item, "fixturenames", ())
+    return "tiny_run" in names or "slurm" in names or item.get_closest_marker("slurm") is not None
