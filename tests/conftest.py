@@ -30,19 +30,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """The shared modules first: they are the suite's longest part, and the other workers take
     every other module meanwhile.  A module that shares the run or the cluster without being
     listed in :data:`SHARED_MODULES` is an error (its worker would make the run again)."""
-    sharing = {_module(item) for item in items if _shares_run(item)}
+    sharing = {_module(item.nodeid) for item in items if _shares_run(item)}
     unlisted = sorted(sharing - set(SHARED_MODULES))
     if unlisted:
         raise pytest.UsageError(f"{', '.join(unlisted)} use the shared pipeline run or the SLURM cluster: "
                                 "add them to SHARED_MODULES in tests/conftest.py")
-    items.sort(key=lambda item: _module(item) not in SHARED_MODULES)  # stable: order kept within each part
+    items.sort(key=lambda item: _module(item.nodeid) not in SHARED_MODULES)  # stable: order kept within each part
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Work units for the workers: each module whole (its module fixtures are made once), the
+    """Work units for the workers under ``--dist=loadfile`` (the configured default; another
+    ``--dist`` keeps xdist's own): each module whole (its module fixtures are made once), the
     shared modules as one unit, in collection order (``--no-loadscope-reorder``).  xdist's own
     ``loadgroup`` would do this through marks, but it does not group on pytest 9.2."""
+    if config.getvalue("dist") != "loadfile":
+        return None
     from xdist.scheduler import LoadScopeScheduling
 
     class ModuleUnits(LoadScopeScheduling):
@@ -54,12 +57,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 def work_unit(nodeid: str) -> str:
     """The unit of work a test goes to a worker in: its module, or the shared modules' one unit."""
-    module = nodeid.split("::", 1)[0]
+    module = _module(nodeid)
     return "shared pipeline run and cluster" if module in SHARED_MODULES else module
 
 
-def _module(item: pytest.Item) -> str:
-    return item.nodeid.split("::", 1)[0]
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
 
 
 def _shares_run(item: pytest.Item) -> bool:
