@@ -147,13 +147,18 @@ KERNEL_CHECK = textwrap.dedent("""
     from bastion.speculative.path_rank import _rank_torch, _rank_triton
     g = torch.Generator().manual_seed(0)
     cases = []
-    for d, k, m in [(15, 128, 63), (3, 128, 300), (4, 8, 31), (3, 5, 200), (6, 16, 100), (2, 3, 1)]:
+    # (depths, top-k, paths, values drafted and/or tied).  The interpreter's time grows with the
+    # rounds and the candidates (15 depths of 128 took 30 s, as did 3 depths of 300 paths), so
+    # the wide cases run 6 rounds, and 300 paths only tied values (the harder order).  The
+    # compiled kernels meet the engine's full shapes in test_cuda_dispatch_runs_the_compiled_kernels.
+    for d, k, m, kinds in [(6, 128, 63, "dt"), (3, 128, 300, "t"), (4, 8, 31, "dt"), (3, 5, 200, "dt"),
+                           (6, 16, 100, "dt"), (2, 3, 1, "dt")]:
         drafted = torch.log_softmax(torch.randn(d, 400, generator=g) * 2, -1).sort(-1, descending=True).values[:, :k]
         tied = (torch.randint(-12, 0, (d, k), generator=g).float() / 2).sort(-1, descending=True).values
-        cases += [(drafted.contiguous(), m), (tied.contiguous(), m)]
+        cases += [(values.contiguous(), m) for kind, values in (("d", drafted), ("t", tied)) if kind in kinds]
     # a view of each depth's first 40 of 128 (the tree phase's select writes such views), written into
     # longer buffers, as the static engine's ranking runs it
-    wide = torch.log_softmax(torch.randn(15, 400, generator=g) * 2, -1).sort(-1, descending=True).values[:, :128]
+    wide = torch.log_softmax(torch.randn(6, 400, generator=g) * 2, -1).sort(-1, descending=True).values[:, :128]
     cases.append((wide.contiguous()[:, :40], 63))
     for logq, m in cases:
         ref, got = _rank_torch(logq.contiguous(), m), _rank_triton(logq, m)
@@ -172,4 +177,4 @@ def test_triton_kernels_equal_the_reference_bit_for_bit():
     env = {**os.environ, "TRITON_INTERPRET": "1"}  # the kernels' code, run on the CPU
     proc = subprocess.run([sys.executable, "-c", KERNEL_CHECK], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "kernels equal the reference on 13 cases" in proc.stdout
+    assert "kernels equal the reference on 12 cases" in proc.stdout
