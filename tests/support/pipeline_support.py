@@ -17,6 +17,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+# A record a run finished earlier: the work a bad input's run must not lose, planted before it.
+RECORD = json.dumps({"run_key": "finished-earlier", "prompt_index": 0, "method": "ar", "output_ids": [1, 2]}) + "\n"
 
 
 def copy_checkout(dest: Path) -> Path:
@@ -115,3 +117,14 @@ def hardware_key(work: Path) -> str:
     if (work / "results" / key).is_dir():
         return key
     return next(p.name for p in sorted((work / "results").iterdir()) if p.is_dir() and p.name not in ("datasets", "models"))
+
+
+def snapshot(root: Path) -> dict[str, bytes | str]:
+    """Every file under ``root`` with its bytes (a symlink by its target): the proof that nothing changed."""
+    out: dict[str, bytes | str] = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(folder, name)
+            rel = str(path.relative_to(root))
+            out[rel] = f"-> {os.readlink(path)}" if path.is_symlink() else (path.read_bytes() if path.is_file() else "/")
+    return out
