@@ -9,7 +9,6 @@ decoder, which is itself checked against AR and Transformers in test_decoding.py
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 

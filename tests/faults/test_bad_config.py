@@ -12,9 +12,7 @@ import json
 import subprocess
 import sys
 
-from tests.support.pipeline_support import RECORD, REPO, copy_checkout, env, snapshot
-
-DOC = REPO / "docs" / "bad-inputs.md"
+from tests.support.pipeline_support import RECORD, copy_checkout, env, missing_doc_rows, snapshot
 
 # Each case: (what `--config` sets, or an overlay config file's text; the texts its one line names)
 CONFIG_CASES: dict[str, tuple[list[str] | str, list[str]]] = {
@@ -126,6 +124,5 @@ def test_a_bad_override_variable_stops_planning_in_one_line(tmp_path):
 
 
 def test_every_case_is_a_row_of_the_table():
-    table = DOC.read_text()
-    missing = [name for name in [*CONFIG_CASES, PIPELINE_ENV_CASE] if f"| {name} |" not in table]
+    missing = missing_doc_rows([*CONFIG_CASES, PIPELINE_ENV_CASE])
     assert not missing, missing

@@ -33,9 +33,8 @@ from bastion.engines.choice import resolve_engine
 from bastion.models.registry import tiny_dir
 from bastion.runs.settings import CALIB_GRIDS
 from tests.support.builders import save_eagle3_head, tiny_target
-from tests.support.pipeline_support import RECORD, REPO, snapshot
+from tests.support.pipeline_support import RECORD, REPO, missing_doc_rows, snapshot
 
-DOC = REPO / "docs" / "bad-inputs.md"
 BASE = ["--model", "tiny", "--dataset", "stdlib-heldout", "--max-samples", "1", "--max-new-tokens", "4", "--quiet"]
 
 
@@ -386,6 +385,5 @@ def test_the_calibration_grids_are_the_grid_names():
 
 
 def test_every_case_is_a_row_of_the_table():
-    table = DOC.read_text()
-    missing = [name for name in [*CASES, *ENV_CASES] if f"| {name} |" not in table]
+    missing = missing_doc_rows([*CASES, *ENV_CASES])
     assert not missing, missing

@@ -128,3 +128,9 @@ def snapshot(root: Path) -> dict[str, bytes | str]:
             rel = str(path.relative_to(root))
             out[rel] = f"-> {os.readlink(path)}" if path.is_symlink() else (path.read_bytes() if path.is_file() else "/")
     return out
+
+
+def missing_doc_rows(names) -> list[str]:
+    """The bad-input cases among ``names`` that are not a row of docs/bad-inputs.md, the table users read."""
+    table = (REPO / "docs" / "bad-inputs.md").read_text()
+    return [name for name in names if f"| {name} |" not in table]
