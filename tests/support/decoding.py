@@ -58,6 +58,15 @@ POLICIES = [
 ]
 
 
+def same_decode(eager, static) -> None:
+    """Two decodes agree: tokens, stop reason, and each step's tree size, commit and context."""
+    assert static.output_ids == eager.output_ids
+    assert static.stop_reason == eager.stop_reason
+    assert [(s.tree_size, s.committed, s.context) for s in static.steps] == [
+        (s.tree_size, s.committed, s.context) for s in eager.steps
+    ]
+
+
 class PaddingRunner(GraphRunner):
     """Runs every function eagerly but reports graphs as enabled, so that the engine takes the
     paths it takes for graphs on a CPU: the wide drafts padded to a power of two.  A key's first
