@@ -117,7 +117,8 @@ def joint_weight(linears: list[nn.Linear], columns: bool = True) -> torch.Tensor
     thread, caches cold), and at 13-25 GB/s stored by columns (the tiny target's q/k/v,
     gate/up and head: 107 -> 77, 269 -> 134 and 605 -> 248 us); its down projection
     (fewer outputs) was faster by rows (106 against 138 us), its square one even.  A
-    one-token step of the tiny target went from 8.0 to 6.4-6.7 ms.  GPUs keep the rows (cuBLAS
+    one-token step of the tiny target went from 8.0 to 6.4-6.7 ms there, and from 8.5-8.6 to
+    8.0-8.1 ms on a 2-core Intel Xeon VM.  GPUs keep the rows (cuBLAS
     and the row and tile kernels read them so), as does ``columns=False``.
     """
     first = linears[0].weight
