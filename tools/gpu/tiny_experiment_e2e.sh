@@ -8,8 +8,11 @@
 #   worker    the default `job_worker: auto` (a warm worker per GPU outside SLURM);
 #   rerun     `decode_model` forced again in that copy, the worker still warm;
 #   noworker  a second clean copy, cold, with `--config job_worker=false` (one process a job);
-#   ablation  figures/budget_ablation.pdf in the worker run's copy at T = 0, with the fixed
-#             budgets $BUDGETS (default GPU-sized: [16, 32, 64, 96, 128]).
+#   ablation  figures/budget_ablation.pdf in the worker run's copy, at the experiment's
+#             temperatures, with the fixed budgets $BUDGETS (default GPU-sized: [16, 32, 64,
+#             96, 128]).  The overlay changes the budgets alone: a change of `temperatures`
+#             is a change of the one-job calibration's parameters, which would measure the
+#             costs again and give the ablation's rules other costs than the main run's.
 # Run from the repository root on the GPU machine, with Snakemake's wheels in .whl
 # (`bash tools/gpu/wheels.sh` here, then carry .whl):
 #     OUT=out RUNS=worker bash tools/gpu/tiny_experiment_e2e.sh
@@ -81,16 +84,16 @@ timeout 120 python3 -m snakemake figures/speedup_table.pdf --cores 8 --resources
 tar czf "$OUT/logs_rerun.tgz" logs figures/*.md 2>/dev/null
 cd "$SRC"; }
 [[ " $RUNS " == *" noworker "* ]] && run noworker --config job_worker=false
-[[ " $RUNS " == *" ablation "* ]] && {  # the budget ablation in the worker run's copy: GPU-sized budgets, T = 0
+[[ " $RUNS " == *" ablation "* ]] && {  # the budget ablation in the worker run's copy: GPU-sized budgets
 cd /tmp/e2e_worker; t=$SECONDS
-printf 'experiments:\n  tiny:\n    temperatures: [0.0]\n    budget_ablation: %s\n' "${BUDGETS:-[16, 32, 64, 96, 128]}" > ablation.yaml
+printf 'experiments:\n  tiny:\n    budget_ablation: %s\n' "${BUDGETS:-[16, 32, 64, 96, 128]}" > ablation.yaml
 timeout ${ABLATION_LIMIT:-240} python3 -m snakemake figures/budget_ablation.pdf --cores 8 --resources gpu=1 \
   --configfile config.yaml ablation.yaml > "$OUT/e2e_ablation.log" 2>&1
 { echo "## budget ablation ${BUDGETS:-[16, 32, 64, 96, 128]}: rc=$? $((SECONDS - t)) s"
   python3 - results/*/aggregate/tiny/ablation/cells.csv <<'EOF'
 import csv, sys
 for r in csv.DictReader(open(sys.argv[1])):
-    print(f"- {r['dataset']} {r['method']}: {float(r['speedup']):.3f}x, tau {float(r['tau']):.2f}, mean tree {float(r['mean_tree_size']):.1f}")
+    print(f"- T={r['temperature']} {r['dataset']} {r['method']}: {float(r['speedup']):.3f}x, tau {float(r['tau']):.2f}, mean tree {float(r['mean_tree_size']):.1f}")
 EOF
   cat results/*/aggregate/tiny/ablation/same_size.csv; } | tee -a "$SUMMARY"
 cd "$SRC"; }
