@@ -32,7 +32,13 @@ of three or four committed tokens (a drafted step there costs about as much as 2
 steps) resumed drafting, and after a probe of ten the window needed 17 more drafted steps,
 of one to four tokens each, to stop again: 146 of 1,623 steps drafted in one run.  With one
 probe sure of its gain resuming, single lucky probes still resumed spells of 9 and 21
-drafted steps, most committing one or two tokens (0.88x AR in one run).
+drafted steps, most committing one or two tokens (0.88x AR in one run).  With the longest
+wait at 64 AR steps, an H200 run at T = 1 (docs/performance.md) still drafted 25 single
+probes in 1,164 steps.  A probe there takes in the held rows first and costs three to four
+AR steps (about 0.8 ms against 0.19-0.24 ms) for the one or two tokens it commits, so by
+those costs the probes took 4-5% of the decode; with waits of up to :data:`MAX_WAIT` = 128 a
+long stop probes half as often.  The price: text that turns predictable after a long stop is noticed up to 128
+steps later.
 
 A decoder keeps one gate for all its prompts (:meth:`DraftGate.restart` at each), so what
 one prompt taught carries to the next, down to a prompt's first step: where the gate has
@@ -60,7 +66,7 @@ WINDOW = 16  # drafted steps whose gains the decision reads
 MIN_STEPS = 3  # drafted steps before the gate may stop drafting
 Z = 2.0  # standard errors the mean gain must stay below zero by
 FIRST_WAIT = 2  # AR steps before the first probe
-MAX_WAIT = 64  # the longest run of AR steps between probes
+MAX_WAIT = 128  # the longest run of AR steps between probes
 PROBES_TO_RESUME = 2  # probes in a row that must pay before drafting resumes
 
 

@@ -46,7 +46,7 @@ def test_a_drafter_that_pays_is_never_stopped():
 
 def test_a_drafter_that_never_pays_stops_after_a_few_steps_and_probes_ever_more_rarely():
     gate = _gate()
-    decisions = _run(gate, [1] * 400)
+    decisions = _run(gate, [1] * 800)
     assert decisions[:MIN_STEPS] == [True] * MIN_STEPS and not decisions[MIN_STEPS]
     probes = [i for i, d in enumerate(decisions) if d][MIN_STEPS:]
     gaps = [b - a - 1 for a, b in zip(probes, probes[1:])]  # AR steps between probes: doubling, then capped
