@@ -1,6 +1,6 @@
 """The draft gate replayed on recorded decodes that drafted every step: what its stops and probes cost.
 
-    python -m benchmarks.gate_replay --records t1_bastion.jsonl [--ratios 2.5,3,3.5] [--probes 1,2]
+    python -m benchmarks.gate_replay --records t1_bastion.jsonl [--ratios 2.5,3,3.5] [--probes 1,2] [--waits 64,128]
 
 The records are a method that drafts at every step (``--methods bastion --budget 32
 --temperature 1 --output t1_bastion.jsonl`` with the CLI), so every output position has
@@ -16,7 +16,8 @@ At T = 1 committed counts come in stretches (a predictable line, then free text)
 replay keeps each prompt's order rather than drawing counts at random: a probe that lands
 in a short predictable stretch pays, and what the gate drafts after it meets the text
 after the stretch, as in decoding.  Printed per ratio and per ``probes_to_resume``: the
-speedup over AR steps alone, the drafted steps, and the longest runs of drafted steps.
+speedup over AR steps alone, the drafted steps, and the longest runs of drafted steps; with
+``--waits``, per longest wait between probes as well.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import argparse
 from collections import Counter
 
 from bastion.results.records import read_records
-from bastion.speculative.gate import DraftGate
+from bastion.speculative.gate import MAX_WAIT, DraftGate
 
 NODES, CONTEXT = 32, 0  # the gate's cost callables below ignore both
 
@@ -35,10 +36,10 @@ def covering(commits: list[int]) -> list[int]:
     return [a for a in commits for _ in range(a)]
 
 
-def replay(prompts: list[list[int]], ratio: float, probes: int, tokens: int) -> dict:
+def replay(prompts: list[list[int]], ratio: float, probes: int, tokens: int, max_wait: int = MAX_WAIT) -> dict:
     """The gate over ``prompts`` (each one's :func:`covering` counts) for ``tokens`` each: speedup over AR
     steps, drafted and total steps, and the lengths of the runs of drafted steps."""
-    gate = DraftGate(lambda c: 1.0, lambda n, c: ratio, probes_to_resume=probes)
+    gate = DraftGate(lambda c: 1.0, lambda n, c: ratio, probes_to_resume=probes, max_wait=max_wait)
     seconds = made_all = 0.0
     steps = 0
     spells: Counter = Counter()  # runs of drafted steps: length -> count
@@ -74,6 +75,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--method", default="bastion", help="whose records to replay")
     p.add_argument("--ratios", default="2.5,3,3.5", help="a drafted step's cost in AR steps")
     p.add_argument("--probes", default="1,2", help="probes_to_resume values to compare")
+    p.add_argument("--waits", default=str(MAX_WAIT), help="longest waits between probes (AR steps) to compare")
     p.add_argument("--tokens", type=int, default=128, help="tokens a prompt decodes")
     return p.parse_args(argv)
 
@@ -89,12 +91,14 @@ def main(argv: list[str] | None = None) -> None:
     prompts = [covering(r["acceptance_lengths"]) for r in records]
     print(f"{len(prompts)} prompts, {sum(len(r['acceptance_lengths']) for r in records)} recorded steps, "
           f"{args.tokens} tokens a prompt")
-    print("| ratio | probes to resume | x AR | drafted / steps | runs of drafted steps (length: count) |")
-    print("|---:|---:|---:|---|---|")
+    print("| ratio | probes to resume | longest wait | x AR | drafted / steps | runs of drafted steps (length: count) |")
+    print("|---:|---:|---:|---:|---|---|")
     for ratio in (float(x) for x in args.ratios.split(",")):
         for probes in (int(x) for x in args.probes.split(",")):
-            r = replay(prompts, ratio, probes, args.tokens)
-            print(f"| {ratio:g} | {probes} | {r['speedup']:.4f} | {r['drafted']} / {r['steps']} | {r['spells']} |")
+            for wait in (int(x) for x in args.waits.split(",")):
+                r = replay(prompts, ratio, probes, args.tokens, wait)
+                print(f"| {ratio:g} | {probes} | {wait} | {r['speedup']:.4f} | {r['drafted']} / {r['steps']} "
+                      f"| {r['spells']} |")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,13 @@ def test_a_drafter_that_never_pays_costs_little_more_than_its_probes():
     assert r["speedup"] == pytest.approx(r["steps"] / (r["steps"] + 2 * r["drafted"]))
 
 
+def test_a_longer_wait_probes_less_where_drafting_never_pays():
+    """16 prompts of 128 tokens: past the doubling, a probe every 64 AR steps or every 128."""
+    prompts = [covering([1] * 128)] * 16
+    short, long = (replay(prompts, ratio=3.0, probes=2, tokens=128, max_wait=w) for w in (64, 128))
+    assert long["drafted"] < short["drafted"] - 5 and long["speedup"] > short["speedup"]
+
+
 def test_a_drafter_that_pays_drafts_every_step():
     r = replay([covering([6] * 30)] * 2, ratio=3.0, probes=2, tokens=128)
     assert r["drafted"] == r["steps"] and r["spells"] == {22: 2} and r["speedup"] == pytest.approx(6 / 3)

@@ -84,6 +84,7 @@ class DraftGate:
     paid: int = 0  # probes in a row that paid, since the last that did not
     skipped: int = 0  # AR steps taken in place of drafted ones
     probes_to_resume: int = PROBES_TO_RESUME
+    max_wait: int = MAX_WAIT  # the longest wait (benchmarks.gate_replay compares others)
 
     def drafts(self) -> bool:
         """Whether the next step drafts: always while drafting pays, else once after each wait (a probe)."""
@@ -102,10 +103,10 @@ class DraftGate:
 
         Skipped, those rows wait for the first draft with the AR steps' after them, all of
         which a draft must take in at once: at most ``room`` rows.  A prompt whose rows and
-        those of the longest wait (:data:`MAX_WAIT` AR steps, with margin) would not fit
+        those of the longest wait (:attr:`max_wait` AR steps, with margin) would not fit
         drafts regardless.
         """
-        return prompt_rows + 2 * MAX_WAIT > room or self.drafts()
+        return prompt_rows + 2 * self.max_wait > room or self.drafts()
 
     def restart(self) -> None:
         """A new prompt: a probe whose count was never read counts as one that did not pay."""
@@ -139,9 +140,9 @@ class DraftGate:
         self.gains.clear()  # the probes were picked for their luck: the steps after them decide
 
     def _probe_failed(self) -> None:
-        """Wait twice as long for the next probe (up to :data:`MAX_WAIT`); a run of paying probes ends."""
+        """Wait twice as long for the next probe (up to :attr:`max_wait`); a run of paying probes ends."""
         self.paid = 0
-        self.backoff = min(2 * self.backoff, MAX_WAIT)
+        self.backoff = min(2 * self.backoff, self.max_wait)
         self.wait = self.backoff
 
     def upper(self, spread_floor: float) -> float:

@@ -162,3 +162,14 @@ def test_a_prompt_too_long_to_set_aside_drafts_its_first_step_whatever_the_gate(
     room = 1024
     assert gate.drafts_first(room - 2 * MAX_WAIT + 1, room) and gate.wait == FIRST_WAIT
     assert not gate.drafts_first(room - 2 * MAX_WAIT, room) and gate.wait == FIRST_WAIT - 1
+
+
+def test_the_longest_wait_is_the_gates_own():
+    gate = DraftGate(lambda c: AR, lambda n, c: DRAFTED, max_wait=8)
+    decisions = _run(gate, [1] * 120)
+    probes = [i for i, d in enumerate(decisions) if d][MIN_STEPS:]
+    gaps = [b - a - 1 for a, b in zip(probes, probes[1:])]
+    assert gaps[:2] == [2 * FIRST_WAIT, 8] and set(gaps[2:]) == {8}
+    room, wait = 1024, gate.wait
+    assert wait > 0 and gate.drafts_first(room - 16 + 1, room)  # past its margin of 2 x 8 rows: drafts regardless
+    assert gate.wait == wait and not gate.drafts_first(room - 16, room) and gate.wait == wait - 1
