@@ -34,11 +34,12 @@ of one to four tokens each, to stop again: 146 of 1,623 steps drafted in one run
 probe sure of its gain resuming, single lucky probes still resumed spells of 9 and 21
 drafted steps, most committing one or two tokens (0.88x AR in one run).  With the longest
 wait at 64 AR steps, an H200 run at T = 1 (docs/performance.md) still drafted 25 single
-probes in 1,164 steps.  A probe there takes in the held rows first and costs three to four
-AR steps (about 0.8 ms against 0.19-0.24 ms) for the one or two tokens it commits, so by
-those costs the probes took 4-5% of the decode; with waits of up to :data:`MAX_WAIT` = 128 a
-long stop probes half as often.  The price: text that turns predictable after a long stop is noticed up to 128
-steps later.
+probes in 1,164 steps.  A probe there takes in the held rows first and, by its phases'
+times, costs three to four AR steps (about 0.8 ms against 0.19-0.24 ms) for the one or
+two tokens it commits: by those costs the probes took 4-5% of the decode.  With waits of up to
+:data:`MAX_WAIT` = 128 a long stop probes half as often; replayed on recorded T = 1
+decodes that gains 0.3-1.2% over 64 (``benchmarks.gate_replay --waits``).  The price:
+text that turns predictable after a long stop is noticed up to 128 steps later.
 
 A decoder keeps one gate for all its prompts (:meth:`DraftGate.restart` at each), so what
 one prompt taught carries to the next, down to a prompt's first step: where the gate has
