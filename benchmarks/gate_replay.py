@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> None:
     prompts = [covering(r["acceptance_lengths"]) for r in records]
     print(f"{len(prompts)} prompts, {sum(len(r['acceptance_lengths']) for r in records)} recorded steps, "
           f"{args.tokens} tokens a prompt")
-    print("| ratio | probes to resume | longest wait | x AR | drafted / steps | runs of drafted steps (length: count) |")
+    print("| ratio | probes to resume | longest wait | x AR | drafted / steps "
+          "| runs of drafted steps (length: count) |")
     print("|---:|---:|---:|---:|---|---|")
     for ratio in (float(x) for x in args.ratios.split(",")):
         for probes in (int(x) for x in args.probes.split(",")):
