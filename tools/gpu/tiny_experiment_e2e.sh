@@ -3,8 +3,10 @@
 # --resources gpu=1` in a clean copy of the checkout, cold (the machine's compile caches
 # deleted first), timed; every GPU job's benchmark seconds, the decoding seconds inside the
 # decode jobs (prefill + decode seconds of their records), every budget rule's tree sizes and
-# drafted steps per temperature, and the speedup
-# table go to $OUT/summary.md.  RUNS picks the parts, in this order (default "worker rerun"):
+# drafted steps per temperature, and the speedup table go to $OUT/summary.md; each part's
+# records, calibrations and aggregates (no compile caches, which run to tens of MB) to
+# $OUT/records_<part>.tgz, for analyses after the run.  RUNS picks the parts, in this order
+# (default "worker rerun"):
 #   worker    the default `job_worker: auto` (a warm worker per GPU outside SLURM);
 #   rerun     `decode_model` forced again in that copy, the worker still warm;
 #   noworker  a second clean copy, cold, with `--config job_worker=false` (one process a job);
@@ -63,6 +65,10 @@ EOF
   grep -h "job-worker\] ran" logs/calibrate_model/*/*.log logs/decode_model*/*/*/*.log 2>/dev/null | sed 's/^/- /'
   echo; cat figures/speedup_table.md 2>/dev/null; echo
 }
+pack_records() {  # into $1, from the copy in the current directory: what the tables are made of
+  find results -path '*/tiny/*' \( -name '*.jsonl' -o -name '*.json' -o -name '*.csv' \) -print0 \
+    | tar czf "$1" --null -T - figures/*.md 2>/dev/null
+}
 run() {  # name, extra snakemake args...
   local name=$1; shift
   rm -rf /tmp/torchinductor_* ~/.triton ~/.cache/torch
@@ -72,6 +78,7 @@ run() {  # name, extra snakemake args...
   timeout ${E2E_LIMIT:-300} python3 -m snakemake figures/speedup_table.pdf --cores 8 --resources gpu=1 --keep-going "$@" > "$OUT/e2e_$name.log" 2>&1
   { echo "## $name: rc=$? end to end $((SECONDS - t)) s"; jobs_summary; } | tee -a "$SUMMARY"
   tar czf "$OUT/logs_$name.tgz" logs figures/*.md 2>/dev/null
+  pack_records "$OUT/records_$name.tgz"
   mkdir -p "$OUT/worker_logs_$name"; cp /tmp/bastion-worker-*/*.log "$OUT/worker_logs_$name/" 2>/dev/null
   cd "$SRC"
 }
@@ -96,5 +103,6 @@ for r in csv.DictReader(open(sys.argv[1])):
     print(f"- T={r['temperature']} {r['dataset']} {r['method']}: {float(r['speedup']):.3f}x, tau {float(r['tau']):.2f}, mean tree {float(r['mean_tree_size']):.1f}")
 EOF
   cat results/*/aggregate/tiny/ablation/same_size.csv; } | tee -a "$SUMMARY"
+pack_records "$OUT/records_ablation.tgz"
 cd "$SRC"; }
 ls /tmp/bastion-worker-*/ 2>/dev/null
