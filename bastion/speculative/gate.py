@@ -38,8 +38,9 @@ probes in 1,164 steps.  A probe there takes in the held rows first and, by its p
 times, costs three to four AR steps (about 0.8 ms against 0.19-0.24 ms) for the one or
 two tokens it commits: by those costs the probes took 4-5% of the decode.  With waits of up to
 :data:`MAX_WAIT` = 128 a long stop probes half as often; replayed on recorded T = 1
-decodes that gains 0.3-1.2% over 64 (``benchmarks.gate_replay --waits``).  The price:
-text that turns predictable after a long stop is noticed up to 128 steps later.
+decodes that gains 0.3-1.2% over 64 (``benchmarks.gate_replay --waits``); three H100 runs
+with 128 probed a third less, their T = 1 speedups within the spread of runs with 64.  The
+price: text that turns predictable after a long stop is noticed up to 128 steps later.
 
 A decoder keeps one gate for all its prompts (:meth:`DraftGate.restart` at each), so what
 one prompt taught carries to the next, down to a prompt's first step: where the gate has
