@@ -5,7 +5,9 @@
 # decode jobs (prefill + decode seconds of their records), every budget rule's tree sizes and
 # drafted steps per temperature, and the speedup table go to $OUT/summary.md; each part's
 # records, calibrations and aggregates (no compile caches, which run to tens of MB) to
-# $OUT/records_<part>.tgz, for analyses after the run.  RUNS picks the parts, in this order
+# $OUT/records_<part>.tgz, for analyses after the run, and its logs (the job worker's too) to
+# $OUT/logs_<part>.tgz.  The parts "worker ablation" leave seven files in $OUT, so a device
+# tool that returns at most eight brings all of them back, with one more of the caller's.  RUNS picks the parts, in this order
 # (default "worker rerun"):
 #   worker    the default `job_worker: auto` (a warm worker per GPU outside SLURM);
 #   rerun     `decode_model` forced again in that copy, the worker still warm;
@@ -77,9 +79,9 @@ run() {  # name, extra snakemake args...
   cd $W; local t=$SECONDS
   timeout ${E2E_LIMIT:-300} python3 -m snakemake figures/speedup_table.pdf --cores 8 --resources gpu=1 --keep-going "$@" > "$OUT/e2e_$name.log" 2>&1
   { echo "## $name: rc=$? end to end $((SECONDS - t)) s"; jobs_summary; } | tee -a "$SUMMARY"
-  tar czf "$OUT/logs_$name.tgz" logs figures/*.md 2>/dev/null
+  mkdir -p worker_logs; cp /tmp/bastion-worker-*/*.log worker_logs/ 2>/dev/null
+  tar czf "$OUT/logs_$name.tgz" logs worker_logs figures/*.md 2>/dev/null
   pack_records "$OUT/records_$name.tgz"
-  mkdir -p "$OUT/worker_logs_$name"; cp /tmp/bastion-worker-*/*.log "$OUT/worker_logs_$name/" 2>/dev/null
   cd "$SRC"
 }
 RUNS=${RUNS:-worker rerun}
