@@ -31,6 +31,7 @@ from bastion.engines.static_buffers import WIDE_ROWS, StepBuffers, padded_width
 from bastion.engines.static_cache import StaticContextKV
 from bastion.engines.static_layers import FusedLayers
 from bastion.models.target import Target
+from bastion.speculative.fused import run_triton, use_triton
 from dflash import DFlashDraftModel
 
 
@@ -193,11 +194,27 @@ class StaticDFlash:
         self.wide[0].index_copy_(0, rows, self.pend[0])
         self.held.add_(self.pend_count)
 
-    def hold_row(self, feats: torch.Tensor) -> None:
-        """Inside the verify of a step without a draft: its root's tapped states ``feats`` [1, F] after the rows
-        set aside (the next draft's context; :meth:`hold` counted it)."""
+    def hold_row(self, feats: torch.Tensor | list[torch.Tensor]) -> None:
+        """Inside the verify of a step without a draft: its root's tapped states after the rows set aside (the
+        next draft's context; :meth:`hold` counted it).  ``feats``: [1, F], or each tapped layer's row [1, 1, H]
+        (the compiled engine on CUDA), which one Triton launch writes where it serves
+        (:mod:`bastion.engines.hold_kernel`)."""
+        if isinstance(feats, list):
+            if self._hold_in_one(feats):
+                return
+            feats = torch.cat(feats, dim=-1)[0]
         self.wide[0].index_copy_(0, self.held.view(1), feats)
         self.held.add_(1)
+
+    def _hold_in_one(self, parts: list[torch.Tensor]) -> bool:
+        """:meth:`hold_row` of ``parts`` in one Triton launch, where it serves them; False: not done."""
+        if not use_triton(self.held.device):
+            return False
+        from bastion.engines import hold_kernel  # imports Triton: only where it runs
+
+        rows = self.wide[0]
+        return hold_kernel.serves(parts, rows) and run_triton(
+            "hold_row", self.held.device, lambda: hold_kernel.hold_row(parts, rows, self.held))
 
     def draft(self, kv: int, feats: torch.Tensor) -> None:
         """Drafter forward for the block at the committed length; ``feats`` [1, W, F] enter its context first."""

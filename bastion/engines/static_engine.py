@@ -146,6 +146,8 @@ class StaticEngine:
         (a one-node step without a draft) the tapped states are set aside for the next draft.
         """
         proposer, b = self._tap(taps), self.buffers
+        # a held row leaves the fused forward as its layers' parts: one kernel sets them aside (hold_row)
+        parts = hold and self.fused is not None and self.device.type == "cuda"
         mask = b.mask[:n, :kv]
         mask.copy_((b.arange[:kv] < b.length)[None].expand(n, kv))
         b.write_index[:n].copy_(b.length + b.arange[:n])
@@ -153,19 +155,21 @@ class StaticEngine:
         b.positions[:n].copy_(b.length + b.tree_depths[:n])
         b.cache.write_index = b.write_index[:n]
         b.cache.kv_len = kv
-        hidden, feats = self._forward(b.tree_tokens[:n][None], b.positions[:n][None], mask[None, None], taps is not None)
+        hidden, feats = self._forward(b.tree_tokens[:n][None], b.positions[:n][None], mask[None, None],
+                                      "parts" if parts else taps is not None)
         logits = self.target.logits(hidden[0])  # [n, V]
         if greedy:
             b.proposals[:n].copy_(logits.argmax(dim=-1))
         else:
             b.logits[:n].copy_(logits)
         if hold:
-            proposer.hold_row(feats[0])
+            proposer.hold_row(feats if parts else feats[0])
         elif taps is not None:
             proposer.tapped()[:n].copy_(feats[0])
 
-    def _forward(self, ids, positions, mask, features: bool):
-        """The target over tree tokens: (hidden [1, s, H], tapped features [1, s, F] or None)."""
+    def _forward(self, ids, positions, mask, features: bool | str):
+        """The target over tree tokens: (hidden [1, s, H], tapped features [1, s, F] or None; with
+        ``features="parts"``, the compiled engine only, each tapped layer's [1, s, H])."""
         if self.fused is not None:
             return self.fused.forward(ids, positions, mask, self.buffers.cache, features)
         config = self.target.config

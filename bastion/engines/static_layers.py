@@ -242,8 +242,9 @@ class FusedLayers:
         self.tiles = tile_kernel(target.lm_head.weight, tiles) if self.rows is not None else None
 
     @torch.no_grad()  # as Target.forward: a calibration probe outside a decoder must not build autograd graphs
-    def forward(self, ids, positions, mask, cache, features: bool):
-        """Same contract as :meth:`bastion.models.target.Target.forward` for a masked (tree) forward."""
+    def forward(self, ids, positions, mask, cache, features: bool | str):
+        """Same contract as :meth:`bastion.models.target.Target.forward` for a masked (tree) forward;
+        ``features="parts"``: the tapped layers' states as a list, each [1, s, H], not concatenated."""
         t = self.target
         x = t.embed(ids)
         cos, sin = t.inner.rotary_emb(x, positions)
@@ -283,5 +284,7 @@ class FusedLayers:
             if tap is not None and features and i != t.num_layers - 1:
                 taps[tap] = x
         hidden = t.inner.norm(x)
-        feats = torch.cat([hidden if v is None else v for v in taps], dim=-1) if features and taps else None
-        return hidden, feats
+        if not (features and taps):
+            return hidden, None
+        parts = [hidden if v is None else v for v in taps]
+        return hidden, parts if features == "parts" else torch.cat(parts, dim=-1)

@@ -89,3 +89,19 @@ def test_a_step_without_a_draft_runs_three_operators_more_than_an_ar_step():
     ar = cpu_launches(lambda: (eng.verify(1, kv, True, None), eng.commit_root(None)))
     held = cpu_launches(lambda: (eng.verify(1, kv, True, "dflash", True), eng.commit_root("dflash", True)))
     assert held["eager_ops"] - ar["eager_ops"] == 3, (ar, held)  # 9 when the commit moved the rows
+
+
+def test_a_held_row_given_as_its_layers_parts_is_set_aside_as_their_concatenation(proposer):
+    """The compiled engine hands a held row over as each tapped layer's state; off CUDA the parts are
+    concatenated and written as a row given whole is (the kernel's own check: tests/engines/test_hold_kernel.py)."""
+    p = proposer
+    feat, n = p.pend.shape[-1], len(p.layer_ids)
+    h = feat // n
+    p.wide.zero_()
+    p.held.fill_(4)
+    parts = [torch.full((1, 1, h), float(j + 1), dtype=p.pend.dtype) for j in range(n)]
+    p.hold_row(parts)
+    assert int(p.held) == 5
+    assert torch.equal(p.wide[0, 4], torch.cat([t.view(h) for t in parts]))
+    assert not p.wide[0, :4].any() and not p.wide[0, 5:].any()
+    p.held.zero_()
