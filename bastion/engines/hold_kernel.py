@@ -5,8 +5,8 @@ the next draft can take in its row (:meth:`~bastion.engines.dflash_proposer.Stat
 In torch that is three kernels after the forward: the concatenation of the tapped layers,
 the index-copy at the device's count of rows set aside, and the count's increment.  At
 T = 1 on a GPU almost every step of the rule is such a step, each bound by launches, and
-on an H100 those steps took 3-6% more time than AR's (docs/performance.md, "The tiny pair
-on a CPU and a GPU").  Here one program reads the count, copies each tapped layer's row
+on H100s the prompts made of them took up to 6% more time than AR's (the medians of four
+decode jobs 1.00-1.06; docs/performance.md, "The tiny pair on a CPU and a GPU").  Here one program reads the count, copies each tapped layer's row
 into its slice of the row the count names, and increments the count.
 
 Imported only where Triton is installed.

@@ -7,8 +7,8 @@
 # records, calibrations and aggregates (no compile caches, which run to tens of MB) to
 # $OUT/records_<part>.tgz, for analyses after the run, and its logs (the job worker's too) to
 # $OUT/logs_<part>.tgz.  The parts "worker ablation" leave seven files in $OUT, so a device
-# tool that returns at most eight brings all of them back, with one more of the caller's.  RUNS picks the parts, in this order
-# (default "worker rerun"):
+# tool that returns at most eight brings all of them back, with one more of the caller's.
+# RUNS picks the parts, in this order (default "worker rerun"):
 #   worker    the default `job_worker: auto` (a warm worker per GPU outside SLURM);
 #   rerun     `decode_model` forced again in that copy, the worker still warm;
 #   noworker  a second clean copy, cold, with `--config job_worker=false` (one process a job);
