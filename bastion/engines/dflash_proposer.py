@@ -197,8 +197,8 @@ class StaticDFlash:
     def hold_row(self, feats: torch.Tensor | list[torch.Tensor]) -> None:
         """Inside the verify of a step without a draft: its root's tapped states after the rows set aside (the
         next draft's context; :meth:`hold` counted it).  ``feats``: [1, F], or each tapped layer's row [1, 1, H]
-        (the compiled engine on CUDA), which one Triton launch writes where it serves
-        (:mod:`bastion.engines.hold_kernel`)."""
+        (the compiled engine), which one Triton launch writes where it serves (:mod:`bastion.engines.hold_kernel`:
+        on CUDA) and torch's concatenation and writes elsewhere."""
         if isinstance(feats, list):
             if self._hold_in_one(feats):
                 return

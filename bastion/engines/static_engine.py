@@ -146,8 +146,8 @@ class StaticEngine:
         (a one-node step without a draft) the tapped states are set aside for the next draft.
         """
         proposer, b = self._tap(taps), self.buffers
-        # a held row leaves the fused forward as its layers' parts: one kernel sets them aside (hold_row)
-        parts = hold and self.fused is not None and self.device.type == "cuda"
+        # a held row leaves the fused forward as its layers' parts: hold_row sets them aside (one kernel on CUDA)
+        parts = hold and self.fused is not None
         mask = b.mask[:n, :kv]
         mask.copy_((b.arange[:kv] < b.length)[None].expand(n, kv))
         b.write_index[:n].copy_(b.length + b.arange[:n])
